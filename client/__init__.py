@@ -1,0 +1,1 @@
+"""gradwire: distributed RPC, remote references and distributed autograd."""

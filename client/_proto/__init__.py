@@ -1,0 +1,1 @@
+"""Generated stubs of protos/gradwire/_proto/worker.proto. Do not edit."""

@@ -1,0 +1,1 @@
+"""gradwire.server: the per-worker gRPC service."""
