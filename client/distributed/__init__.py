@@ -1,0 +1,1 @@
+"""gradwire.distributed: rpc, autograd and optim across workers."""
