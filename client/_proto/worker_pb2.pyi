@@ -39,7 +39,7 @@ class WorkerInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ...) -> None: ...
 
 class TensorMeta(_message.Message):
-    __slots__ = ("dtype", "shape", "nbytes", "device", "target_device", "requires_grad", "shm")
+    __slots__ = ("dtype", "shape", "nbytes", "device", "target_device", "requires_grad", "shm", "kind")
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class TensorMeta(_message.Message):
     TARGET_DEVICE_FIELD_NUMBER: _ClassVar[int]
     REQUIRES_GRAD_FIELD_NUMBER: _ClassVar[int]
     SHM_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     dtype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     nbytes: int
@@ -54,7 +55,8 @@ class TensorMeta(_message.Message):
     target_device: str
     requires_grad: bool
     shm: SharedMemoryRef
-    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., device: _Optional[str] = ..., target_device: _Optional[str] = ..., requires_grad: _Optional[bool] = ..., shm: _Optional[_Union[SharedMemoryRef, _Mapping]] = ...) -> None: ...
+    kind: str
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., device: _Optional[str] = ..., target_device: _Optional[str] = ..., requires_grad: _Optional[bool] = ..., shm: _Optional[_Union[SharedMemoryRef, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class SharedMemoryRef(_message.Message):
     __slots__ = ("name", "offset", "size")
@@ -121,14 +123,16 @@ class CallHeader(_message.Message):
     def __init__(self, message_id: _Optional[int] = ..., caller_id: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., function: _Optional[str] = ..., rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., target_rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class ReplyHeader(_message.Message):
-    __slots__ = ("message_id", "error", "autograd")
+    __slots__ = ("message_id", "error", "autograd", "continuation")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     AUTOGRAD_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_FIELD_NUMBER: _ClassVar[int]
     message_id: int
     error: RemoteException
     autograd: AutogradMeta
-    def __init__(self, message_id: _Optional[int] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ...) -> None: ...
+    continuation: int
+    def __init__(self, message_id: _Optional[int] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., continuation: _Optional[int] = ...) -> None: ...
 
 class RemoteException(_message.Message):
     __slots__ = ("type_name", "message", "traceback", "worker", "pickled_args")
@@ -275,12 +279,22 @@ class JoinRequest(_message.Message):
     def __init__(self, worker: _Optional[_Union[WorkerInfo, _Mapping]] = ..., world_size: _Optional[int] = ...) -> None: ...
 
 class JoinReply(_message.Message):
-    __slots__ = ("workers", "session")
+    __slots__ = ("workers", "session", "token")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
     session: str
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., session: _Optional[str] = ...) -> None: ...
+    token: str
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., session: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class FetchReplyRequest(_message.Message):
+    __slots__ = ("continuation", "caller_id")
+    CONTINUATION_FIELD_NUMBER: _ClassVar[int]
+    CALLER_ID_FIELD_NUMBER: _ClassVar[int]
+    continuation: int
+    caller_id: int
+    def __init__(self, continuation: _Optional[int] = ..., caller_id: _Optional[int] = ...) -> None: ...
 
 class BarrierRequest(_message.Message):
     __slots__ = ("name", "worker_id", "generation")

@@ -43,6 +43,16 @@ class WorkerStub:
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
                 response_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
                 _registered_method=True)
+        self.Call = channel.unary_unary(
+                '/gradwire.v1.Worker/Call',
+                request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+                response_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                _registered_method=True)
+        self.FetchReply = channel.unary_stream(
+                '/gradwire.v1.Worker/FetchReply',
+                request_serializer=gradwire_dot___proto_dot_worker__pb2.FetchReplyRequest.SerializeToString,
+                response_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                _registered_method=True)
         self.RemoteCall = channel.stream_unary(
                 '/gradwire.v1.Worker/RemoteCall',
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
@@ -109,6 +119,21 @@ class WorkerServicer:
 
     def PythonCall(self, request_iterator, context):
         """rpc_sync / rpc_async / RRef proxy calls: a framed call stream in, a framed reply stream out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Call(self, request, context):
+        """The same for a call whose request fits in one frame (the latency path): one frame in, one
+        frame out. A reply too large for one frame comes back as a continuation (see ReplyHeader).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchReply(self, request, context):
+        """Streams a reply that the callee parked under ReplyHeader.continuation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -193,6 +218,16 @@ def add_WorkerServicer_to_server(servicer, server):
             'PythonCall': grpc.stream_stream_rpc_method_handler(
                     servicer.PythonCall,
                     request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                    response_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            ),
+            'Call': grpc.unary_unary_rpc_method_handler(
+                    servicer.Call,
+                    request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                    response_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            ),
+            'FetchReply': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchReply,
+                    request_deserializer=gradwire_dot___proto_dot_worker__pb2.FetchReplyRequest.FromString,
                     response_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
             ),
             'RemoteCall': grpc.stream_unary_rpc_method_handler(
@@ -281,6 +316,60 @@ class Worker:
             target,
             '/gradwire.v1.Worker/PythonCall',
             gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Call(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gradwire.v1.Worker/Call',
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchReply(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gradwire.v1.Worker/FetchReply',
+            gradwire_dot___proto_dot_worker__pb2.FetchReplyRequest.SerializeToString,
             gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
             options,
             channel_credentials,

@@ -1,0 +1,258 @@
+"""Futures: the result of ``rpc_async`` and of user code that completes later.
+
+``Future`` is thread-safe. Callbacks run in the thread that completes the future (for RPC futures,
+a serving thread of the agent); a callback that raises is logged and does not affect the others.
+
+A thread that blocks in ``Future.wait`` tells the agent's serving pool (through
+:func:`blocking_region`) that it is parked, so a handler waiting on a nested call never holds a
+serving slot. Outside the agent the hook is a no-op.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+from .errors import FuturePicklingError, InvalidFutureStateError
+
+__all__ = ["Future", "collect_all", "wait_all", "blocking_region", "set_blocking_hook"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+S = TypeVar("S")
+
+_local = threading.local()
+
+
+def set_blocking_hook(hook: Callable[[], contextlib.AbstractContextManager[Any]] | None) -> None:
+    """Install, for the current thread, the context manager entered around blocking waits.
+
+    Args:
+        hook: a factory of context managers (the serving pool's ``blocking``), or None to clear.
+    """
+    _local.hook = hook
+
+
+@contextlib.contextmanager
+def blocking_region() -> Iterator[None]:
+    """Mark the enclosed code as a blocking wait for the current thread's pool, if any."""
+    hook = getattr(_local, "hook", None)
+    if hook is None:
+        yield
+        return
+    with hook():
+        yield
+
+
+_PENDING, _RESULT, _ERROR = 0, 1, 2
+
+
+class Future(Generic[T]):
+    """A value that becomes available later, or an exception.
+
+    Example:
+        >>> fut = Future()
+        >>> fut.then(lambda f: f.value() + 1).add_done_callback(lambda f: None)
+        >>> fut.set_result(41)
+    """
+
+    __slots__ = ("_cond", "_state", "_value", "_callbacks")
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._state = _PENDING
+        self._value: Any = None
+        self._callbacks: list[Callable[[Future[T]], Any]] = []
+
+    def done(self) -> bool:
+        """Return True once the future holds a result or an exception."""
+        return self._state != _PENDING
+
+    def wait(self, timeout: float | None = None) -> T:
+        """Block until the future completes and return its value.
+
+        Args:
+            timeout: seconds to wait at most; None waits forever (RPC futures carry their own
+                deadline, so they always complete).
+
+        Returns:
+            The result.
+
+        Raises:
+            The exception the future was completed with; TimeoutError if ``timeout`` expires.
+        """
+        if self._state == _PENDING:
+            with blocking_region(), self._cond:
+                if not self._cond.wait_for(self.done, timeout):
+                    raise TimeoutError(f"future not completed after {timeout} s")
+        return self.value()
+
+    def value(self) -> T:
+        """Return the value of a completed future, or raise its exception.
+
+        Raises:
+            InvalidFutureStateError: the future is not done yet (call ``wait()`` first).
+        """
+        state = self._state
+        if state == _RESULT:
+            return self._value  # type: ignore[no-any-return]
+        if state == _ERROR:
+            raise self._value
+        raise InvalidFutureStateError("Future.value() called before the future completed; use wait()")
+
+    def exception(self) -> BaseException | None:
+        """Return the exception of a completed future, or None if it holds a result."""
+        return self._value if self._state == _ERROR else None
+
+    def set_result(self, result: T) -> None:
+        """Complete the future with ``result`` and run its callbacks.
+
+        Raises:
+            InvalidFutureStateError: the future was already completed.
+        """
+        self._complete(_RESULT, result)
+
+    def set_exception(self, exception: BaseException) -> None:
+        """Complete the future with ``exception`` and run its callbacks.
+
+        Raises:
+            InvalidFutureStateError: the future was already completed.
+            TypeError: ``exception`` is not an exception instance.
+        """
+        if not isinstance(exception, BaseException):
+            raise TypeError(f"set_exception needs an exception instance, got {type(exception)!r}")
+        self._complete(_ERROR, exception)
+
+    def _complete(self, state: int, value: Any) -> None:
+        with self._cond:
+            if self._state != _PENDING:
+                raise InvalidFutureStateError(
+                    "Future already completed; set_result/set_exception may be called once"
+                )
+            self._state, self._value = state, value
+            callbacks, self._callbacks = self._callbacks, []
+            self._cond.notify_all()
+        for cb in callbacks:
+            self._run(cb)
+
+    def _run(self, cb: Callable[[Future[T]], Any]) -> None:
+        try:
+            cb(self)
+        except Exception:
+            log.exception("Future callback %r raised", cb)
+
+    def add_done_callback(self, callback: Callable[[Future[T]], Any]) -> None:
+        """Run ``callback(self)`` when the future completes (at once if it already has).
+
+        Args:
+            callback: called with this future; exceptions it raises are logged and dropped.
+        """
+        with self._cond:
+            if self._state == _PENDING:
+                self._callbacks.append(callback)
+                return
+        self._run(callback)
+
+    def then(self, callback: Callable[[Future[T]], S]) -> Future[S]:
+        """Chain ``callback``: return a Future completed with ``callback(self)``.
+
+        Args:
+            callback: called with this (completed) future; what it returns becomes the value of
+                the returned future, what it raises becomes its exception.
+
+        Returns:
+            A new Future.
+        """
+        out: Future[S] = Future()
+
+        def chain(fut: Future[T]) -> None:
+            try:
+                result = callback(fut)
+            except BaseException as exc:  # noqa: BLE001 - delivered to the chained future
+                out.set_exception(exc)
+            else:
+                out.set_result(result)
+
+        self.add_done_callback(chain)
+        return out
+
+    def __reduce__(self) -> Any:
+        raise FuturePicklingError(
+            "a gradwire Future cannot be pickled or sent over RPC; send its value "
+            "(fut.wait()) or use @rpc.functions.async_execution to return a Future from a callee"
+        )
+
+    def __repr__(self) -> str:
+        state = {_PENDING: "pending", _RESULT: "result", _ERROR: "error"}[self._state]
+        return f"<gradwire.futures.Future {state}>"
+
+
+def collect_all(futures: Iterable[Future[Any]]) -> Future[list[Future[Any]]]:
+    """Return a Future completed with the list of ``futures`` once all of them are done.
+
+    Failures do not fail the combined future: inspect each element.
+
+    Args:
+        futures: the futures to gather.
+
+    Returns:
+        A Future whose value is the same list of (completed) futures.
+    """
+    items = list(futures)
+    out: Future[list[Future[Any]]] = Future()
+    remaining = [len(items)]
+    lock = threading.Lock()
+    if not items:
+        out.set_result(items)
+        return out
+
+    def one_done(_: Future[Any]) -> None:
+        with lock:
+            remaining[0] -= 1
+            last = remaining[0] == 0
+        if last:
+            out.set_result(items)
+
+    for fut in items:
+        fut.add_done_callback(one_done)
+    return out
+
+
+def wait_all(futures: Iterable[Future[Any]], timeout: float | None = None) -> list[Any]:
+    """Wait for all ``futures`` and return their values in order.
+
+    Args:
+        futures: the futures to wait for.
+        timeout: seconds to wait at most (None: until every future completes).
+
+    Returns:
+        The list of values.
+
+    Raises:
+        The first exception among the futures, as soon as it occurs (slow futures are not
+        waited for); TimeoutError if ``timeout`` expires.
+    """
+    items = list(futures)
+    first_error: Future[BaseException | None] = Future()
+    gathered = collect_all(items)
+
+    def watch(fut: Future[Any]) -> None:
+        if fut.exception() is not None:
+            with contextlib.suppress(InvalidFutureStateError):
+                first_error.set_result(fut.exception())
+
+    for fut in items:
+        fut.add_done_callback(watch)
+
+    def all_done(_: Future[Any]) -> None:
+        with contextlib.suppress(InvalidFutureStateError):
+            first_error.set_result(None)
+
+    gathered.add_done_callback(all_done)
+    error = first_error.wait(timeout)
+    if error is not None:
+        raise error
+    return [fut.value() for fut in items]
