@@ -1,0 +1,372 @@
+"""Shared-memory segments: the one place that creates, maps, hands over and frees them.
+
+A :class:`Segment` is an ``mmap`` of shared memory; NumPy arrays built with
+:meth:`Segment.ndarray` keep it mapped, and :func:`segment_of` finds the segment behind any such
+array (or a view of one). Two kinds exist:
+
+``file_descriptor`` (anonymous)
+    ``memfd_create`` (or ``shm_open`` + immediate ``shm_unlink``): nothing ever appears in
+    ``/dev/shm`` and the kernel frees the memory with the last mapping, whatever kills the
+    processes. The creator keeps one descriptor so it can hand the segment over; a receiver maps
+    the descriptor and closes it at once, so receiving any number of segments costs no descriptors.
+``file_system`` (named)
+    ``/dev/shm/gradwire_fs_<manager>_<id>`` with a 64-byte header holding a reference count
+    (changed under ``flock``): one per mapping, plus one per handle in flight. The name is removed
+    when the count reaches zero; the manager (``_shm_manager``) removes whatever a crash left.
+
+Handing a segment to another process: :meth:`Segment.export` returns a :class:`NamedHandle`
+(plain data: send it any way you like, then :meth:`NamedHandle.attach` on the other side) or a
+:class:`FdHandle` (a descriptor the transport must pass with SCM_RIGHTS, then :func:`attach_fd`).
+Pickling a Segment with ``multiprocessing.reduction.ForkingPickler`` does either automatically.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import mmap
+import os
+import secrets
+import struct
+import threading
+import weakref
+from dataclasses import dataclass
+from multiprocessing import reduction
+from typing import Any
+
+import numpy as np
+
+from . import _shm_manager
+from ._strategy import FILE_DESCRIPTOR, FILE_SYSTEM, get_sharing_strategy
+
+__all__ = [
+    "Segment",
+    "NamedHandle",
+    "FdHandle",
+    "create",
+    "attach_fd",
+    "segment_of",
+    "live_segments",
+]
+
+log = logging.getLogger(__name__)
+
+_HEADER = 64  # named segments: int64 reference count, payload starts cache-line aligned
+_COUNT = struct.Struct("=q")
+_lock = threading.RLock()
+_live: weakref.WeakValueDictionary[str, Segment] = weakref.WeakValueDictionary()
+
+try:
+    import _posixshmem
+
+    def _shm_open(name: str, flags: int) -> int:
+        return int(_posixshmem.shm_open("/" + name, flags, 0o600))
+
+    def _shm_unlink(name: str) -> None:
+        _posixshmem.shm_unlink("/" + name)
+
+except ImportError:  # pragma: no cover - every POSIX CPython has it
+
+    def _shm_open(name: str, flags: int) -> int:
+        return os.open(os.path.join(_shm_manager.SHM_DIR, name), flags, 0o600)
+
+    def _shm_unlink(name: str) -> None:
+        os.unlink(os.path.join(_shm_manager.SHM_DIR, name))
+
+
+class Segment(mmap.mmap):
+    """A shared-memory block mapped into this process (build with :func:`create` or attach).
+
+    Attributes:
+        seg_id: a name unique across processes; the same memory has the same id everywhere.
+        size: payload bytes, starting at ``offset`` inside the mapping.
+        kind: ``"file_descriptor"`` or ``"file_system"``.
+        name: the ``/dev/shm`` name (``file_system`` only).
+    """
+
+    seg_id: str
+    size: int
+    kind: str
+    name: str | None
+    offset: int
+    _fd: int | None
+
+    @property
+    def address(self) -> int:
+        """The address of the first payload byte in this process."""
+        return int(np.frombuffer(self, np.uint8, count=1, offset=self.offset).ctypes.data)
+
+    def ndarray(
+        self,
+        dtype: Any,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...] | None = None,
+        offset: int = 0,
+    ) -> np.ndarray:
+        """A NumPy array over the payload (no copy); it keeps the segment mapped.
+
+        Args:
+            dtype: element type.
+            shape: array shape.
+            strides: byte strides (C order when None).
+            offset: byte offset of the first element from the start of the payload.
+
+        Returns:
+            A writable ndarray whose writes every process mapping the segment sees.
+
+        Example:
+            >>> seg = create(80)
+            >>> seg.ndarray(np.float64, (10,))[:] = 1.0
+        """
+        return np.ndarray(shape, dtype, buffer=self, offset=self.offset + offset, strides=strides)
+
+    def export(self) -> NamedHandle | FdHandle:
+        """A handle another process can attach to.
+
+        For ``file_system`` segments the handle holds a reference (so the segment outlives this
+        process' mapping while the handle is in flight) until it is attached or discarded. For
+        ``file_descriptor`` segments the handle carries a fresh duplicate descriptor that the
+        caller owns (pass it with SCM_RIGHTS, then close it).
+
+        Returns:
+            A :class:`NamedHandle` or a :class:`FdHandle`.
+
+        Raises:
+            RuntimeError: if the segment can no longer be handed over
+                (see :meth:`fileno_for_export`).
+        """
+        if self.kind == FILE_SYSTEM:
+            assert self.name is not None
+            _adjust_count(self.name, +1)
+            return NamedHandle(self.seg_id, self.name, self.size)
+        return FdHandle(self.seg_id, self.size, os.dup(self.fileno_for_export()))
+
+    def fileno_for_export(self) -> int:
+        """The descriptor of a ``file_descriptor`` segment, reopened if a receiver closed it.
+
+        Raises:
+            RuntimeError: if the descriptor was closed after mapping and Linux refuses to reopen
+                it through ``/proc/self/map_files`` (needs CAP_SYS_ADMIN or
+                CAP_CHECKPOINT_RESTORE).
+        """
+        if self._fd is None:
+            start = self.address - self.offset
+            end = start + -(-len(self) // mmap.PAGESIZE) * mmap.PAGESIZE
+            try:
+                self._fd = os.open(
+                    f"/proc/self/map_files/{start:x}-{end:x}", os.O_RDWR | os.O_CLOEXEC
+                )
+            except OSError as exc:
+                raise RuntimeError(
+                    "cannot send on a tensor this process received with the 'file_descriptor' "
+                    "sharing strategy: its descriptor was closed after mapping and this system "
+                    f"does not allow reopening it ({exc}). Send a copy (t.clone()) or call "
+                    "gradwire.multiprocessing.set_sharing_strategy('file_system') in every process"
+                ) from exc
+            _rearm_finalizer(self)
+        return self._fd
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if self.kind == FILE_SYSTEM:
+            return (NamedHandle.attach, (self.export(),))
+        return (_attach_dupfd, (self.seg_id, self.size, reduction.DupFd(self.fileno_for_export())))
+
+    def __repr__(self) -> str:
+        return f"<Segment {self.kind} id={self.seg_id} size={self.size}>"
+
+
+@dataclass(frozen=True)
+class NamedHandle:
+    """A reference to a ``file_system`` segment in flight: attach it or discard it, once."""
+
+    seg_id: str
+    name: str
+    size: int
+
+    def attach(self) -> Segment:
+        """Map the segment here, taking over the reference the handle held.
+
+        Raises:
+            FileNotFoundError: if the segment is gone (its creator and every process mapping it
+                died, and the manager removed it).
+        """
+        with _lock:
+            seg = _live.get(self.seg_id)
+            if seg is not None:
+                _adjust_count(self.name, -1)  # already mapped: the mapping holds its own count
+                return seg
+            _shm_manager.connect()
+            try:
+                fd = _shm_open(self.name, os.O_RDWR)
+            except FileNotFoundError as exc:
+                raise FileNotFoundError(
+                    f"shared-memory segment {self.name} is gone: the process that sent it and "
+                    "every process mapping it exited before it was received"
+                ) from exc
+            try:
+                seg = _map(fd, self.seg_id, self.size, FILE_SYSTEM, self.name, keep_fd=False)
+            finally:
+                os.close(fd)
+            return seg
+
+    def discard(self) -> None:
+        """Release the handle's reference without attaching (the receiver will not come)."""
+        _adjust_count(self.name, -1, missing_ok=True)
+
+
+@dataclass(frozen=True)
+class FdHandle:
+    """A ``file_descriptor`` segment in flight: ``fd`` must travel with SCM_RIGHTS."""
+
+    seg_id: str
+    size: int
+    fd: int
+
+
+def create(size: int, strategy: str | None = None) -> Segment:
+    """Allocate a zero-filled shared segment of ``size`` payload bytes and map it.
+
+    Args:
+        size: payload bytes (0 is allowed).
+        strategy: ``"file_descriptor"`` or ``"file_system"``; the current sharing strategy when
+            None.
+
+    Returns:
+        The mapped :class:`Segment`.
+
+    Raises:
+        ValueError: for a negative size or an unknown strategy.
+        OSError: if the system is out of shared memory or descriptors.
+
+    Example:
+        >>> seg = create(1 << 20, "file_system")
+        >>> handle = seg.export()   # send handle to another process; there: handle.attach()
+    """
+    if size < 0:
+        raise ValueError(f"segment size must be >= 0, got {size}")
+    strategy = strategy or get_sharing_strategy()
+    seg_id = secrets.token_hex(8)
+    if strategy == FILE_DESCRIPTOR:
+        fd = _anonymous_fd(seg_id)
+        try:
+            os.ftruncate(fd, max(size, 1))
+            return _map(fd, seg_id, size, FILE_DESCRIPTOR, None, keep_fd=True)
+        except BaseException:
+            os.close(fd)
+            raise
+    if strategy != FILE_SYSTEM:
+        raise ValueError(f"unknown sharing strategy {strategy!r}")
+    name = _shm_manager.segment_prefix(_shm_manager.connect()) + seg_id
+    fd = _shm_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+    try:
+        os.ftruncate(fd, _HEADER + max(size, 1))
+        os.pwrite(fd, _COUNT.pack(1), 0)
+        return _map(fd, seg_id, size, FILE_SYSTEM, name, keep_fd=False)
+    except BaseException:
+        _shm_unlink(name)
+        raise
+    finally:
+        os.close(fd)
+
+
+def attach_fd(fd: int, seg_id: str, size: int) -> Segment:
+    """Map a ``file_descriptor`` segment received from another process; always closes ``fd``.
+
+    Args:
+        fd: the received descriptor (this call owns it).
+        seg_id: the sender's ``Segment.seg_id``.
+        size: the sender's ``Segment.size``.
+
+    Returns:
+        The mapped segment (the one already mapped here when ``seg_id`` is known).
+    """
+    try:
+        with _lock:
+            seg = _live.get(seg_id)
+            if seg is None:
+                seg = _map(fd, seg_id, size, FILE_DESCRIPTOR, None, keep_fd=False)
+            return seg
+    finally:
+        os.close(fd)
+
+
+def segment_of(arr: Any) -> Segment | None:
+    """The segment an ndarray (or a view of one) lives in, or None.
+
+    Example:
+        >>> seg = create(8)
+        >>> segment_of(seg.ndarray(np.int64, (1,))[0:]) is seg
+        True
+    """
+    obj = arr
+    while isinstance(obj, np.ndarray):
+        obj = obj.base
+    return obj if isinstance(obj, Segment) else None
+
+
+def live_segments() -> list[Segment]:
+    """The segments mapped in this process (for tests and debugging)."""
+    with _lock:
+        return list(_live.values())
+
+
+def _attach_dupfd(seg_id: str, size: int, dupfd: Any) -> Segment:
+    return attach_fd(dupfd.detach(), seg_id, size)
+
+
+def _anonymous_fd(seg_id: str) -> int:
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create(f"gradwire_{seg_id}", os.MFD_CLOEXEC)
+    name = f"gradwire_fd_{os.getpid()}_{seg_id}"  # pragma: no cover - non-Linux
+    fd = _shm_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+    _shm_unlink(name)
+    return fd
+
+
+def _map(fd: int, seg_id: str, size: int, kind: str, name: str | None, keep_fd: bool) -> Segment:
+    offset = _HEADER if kind == FILE_SYSTEM else 0
+    seg = Segment(fd, offset + max(size, 1))
+    seg.seg_id, seg.size, seg.kind, seg.name, seg.offset = seg_id, size, kind, name, offset
+    seg._fd = os.dup(fd) if keep_fd else None
+    if keep_fd:
+        os.set_inheritable(seg._fd, False)
+    _rearm_finalizer(seg)
+    with _lock:
+        _live[seg_id] = seg
+    return seg
+
+
+def _rearm_finalizer(seg: Segment) -> None:
+    old = getattr(seg, "_finalizer", None)
+    if old is not None:
+        old.detach()
+    seg._finalizer = weakref.finalize(seg, _release, os.getpid(), seg.kind, seg._fd, seg.name)  # type: ignore[attr-defined]
+
+
+def _release(pid: int, kind: str, fd: int | None, name: str | None) -> None:
+    if os.getpid() != pid:  # an inherited copy after fork holds no count and no descriptor
+        return
+    if fd is not None:
+        os.close(fd)
+    if kind == FILE_SYSTEM and name is not None:
+        _adjust_count(name, -1, missing_ok=True)
+
+
+def _adjust_count(name: str, delta: int, missing_ok: bool = False) -> int:
+    """Change a named segment's reference count under flock; unlink it when it reaches zero."""
+    try:
+        fd = _shm_open(name, os.O_RDWR)
+    except FileNotFoundError:
+        if missing_ok:
+            return 0
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        (count,) = _COUNT.unpack(os.pread(fd, _COUNT.size, 0))
+        count += delta
+        os.pwrite(fd, _COUNT.pack(count), 0)
+        if count <= 0:
+            _shm_unlink(name)
+        return count
+    finally:
+        os.close(fd)  # also drops the lock

@@ -1,0 +1,132 @@
+"""How tensors cross process boundaries: ForkingPickler reductions into shared memory.
+
+Sending a CPU tensor through a gradwire.multiprocessing Queue, Pipe, Pool or as a Process
+argument moves it into shared memory (``share_memory_``) and pickles only its segment handle and
+layout; the receiver maps the same memory, so writes on either side are seen by the other. CUDA
+tensors travel as CUDA IPC handles (``_cuda_ipc``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import numpy as np
+
+from . import _segment
+from ._sharing import share_memory_
+
+__all__ = ["init_reductions", "reduce_tensor", "rebuild_cpu_tensor"]
+
+log = logging.getLogger(__name__)
+_Layout = tuple[str, tuple[int, ...], tuple[int, ...], int]  # dtype, shape, strides, offset
+_bases: weakref.WeakValueDictionary[tuple[str, _Layout], Any] = weakref.WeakValueDictionary()
+_bases_lock = threading.Lock()
+_registered: set[type] = set()
+
+
+def _layout(arr: np.ndarray, seg: _segment.Segment) -> _Layout:
+    return (arr.dtype.str, tuple(arr.shape), tuple(arr.strides), arr.ctypes.data - seg.address)
+
+
+def reduce_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
+    """The ForkingPickler reduction of a gradwire Tensor (moves it to shared memory first).
+
+    Args:
+        tensor: the tensor being pickled.
+
+    Returns:
+        ``(rebuild, args)`` as ``__reduce__`` does.
+
+    Raises:
+        RuntimeError: for a non-leaf tensor that requires grad (its graph cannot follow it).
+    """
+    if tensor.requires_grad and not tensor.is_leaf:
+        raise RuntimeError(
+            "cannot send a non-leaf tensor that requires grad to another process: its autograd "
+            "graph stays in this process. Send tensor.detach() (a leaf sharing the same memory), "
+            "or tensor.detach().requires_grad_() if the receiver needs a leaf that requires grad"
+        )
+    if not isinstance(tensor._data, np.ndarray):
+        from . import _cuda_ipc
+
+        return _cuda_ipc.reduce_cuda_tensor(tensor)
+    share_memory_(tensor)
+    seg = _segment.segment_of(tensor._data)
+    assert seg is not None
+    base = tensor._base
+    base_layout = None
+    if base is not None and _segment.segment_of(base._data) is seg:
+        base_layout = _layout(base._data, seg)
+    return (
+        rebuild_cpu_tensor,
+        (type(tensor), seg, _layout(tensor._data, seg), base_layout, tensor.requires_grad),
+    )
+
+
+def rebuild_cpu_tensor(
+    cls: type,
+    seg: _segment.Segment,
+    layout: _Layout,
+    base_layout: _Layout | None,
+    requires_grad: bool,
+) -> Any:
+    """Rebuild a tensor (a view into ``seg``) in the receiver; see :func:`reduce_tensor`."""
+    dtype, shape, strides, offset = layout
+    tensor = cls._wrap(seg.ndarray(np.dtype(dtype), shape, strides, offset), requires_grad)
+    tensor._shared = seg
+    if base_layout is not None:
+        tensor._base = _base_for(cls, seg, base_layout)
+    return tensor
+
+
+def _base_for(cls: type, seg: _segment.Segment, layout: _Layout) -> Any:
+    from .._tensor import Tensor
+
+    key = (seg.seg_id, layout)
+    with _bases_lock:
+        base = _bases.get(key)
+        if base is None:
+            dtype, shape, strides, offset = layout
+            base = Tensor._wrap(seg.ndarray(np.dtype(dtype), shape, strides, offset))
+            base._shared = seg
+            _bases[key] = base
+        return base
+
+
+def _tensor_types() -> list[type]:
+    from .._tensor import Tensor
+
+    try:  # make Parameter known before walking the subclasses
+        from .. import nn  # noqa: F401
+    except ImportError:
+        pass
+    found, todo = [], [Tensor]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo.extend(cls.__subclasses__())
+    return found
+
+
+def init_reductions() -> None:
+    """Register the tensor reductions with ``multiprocessing.reduction.ForkingPickler``.
+
+    Called when gradwire.multiprocessing is imported; call it again after defining a Tensor
+    subclass (ForkingPickler looks reductions up by exact type). Safe to call repeatedly.
+
+    Example:
+        >>> init_reductions()
+    """
+    try:
+        types = _tensor_types()
+    except ImportError:  # the tensor module is not importable (partial install)
+        log.debug("gradwire._tensor unavailable; tensor reductions not registered")
+        return
+    for cls in types:
+        if cls not in _registered:
+            ForkingPickler.register(cls, reduce_tensor)
+            _registered.add(cls)
