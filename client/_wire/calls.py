@@ -1,0 +1,109 @@
+"""Calls and replies <-> messages: function names, bodies and the payload description.
+
+A callable travels as ``"module:qualname"``; an instance-bound method travels as its function's
+name with ``self`` pickled in the body, so every form (module functions, builtins, classes,
+static, class and bound methods) resolves on the callee through its policy.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from .._proto import worker_pb2 as pb
+from ..errors import SerializationError
+from . import pickler
+from .framing import Message
+from .policy import origin_of
+
+__all__ = ["function_name", "encode_body", "decode_body", "NO_SELF"]
+
+#: Marker for "no bound self" in a call body.
+NO_SELF = None
+
+
+def function_name(fn: Any) -> tuple[str, Any]:
+    """The qualified name under which ``fn`` travels, and the bound ``self`` to send along.
+
+    Returns:
+        ``("module:qualname", self_or_None)``.
+
+    Raises:
+        SerializationError: ``fn`` is a lambda, a local function or not addressable by name.
+    """
+    bound_self = NO_SELF
+    target = fn
+    if isinstance(fn, types.MethodType) and not isinstance(fn.__self__, type):
+        bound_self, target = fn.__self__, fn.__func__
+    elif isinstance(fn, types.BuiltinMethodType):
+        owner = getattr(fn, "__self__", None)
+        if owner is not None and not isinstance(owner, (types.ModuleType, type)):
+            bound_self = owner
+            target = getattr(type(owner), fn.__name__, fn)
+    origin = origin_of(target)
+    if origin is None:
+        raise SerializationError(f"{fn!r} cannot be sent by name: pass a function or a class")
+    module, qualname = origin
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise SerializationError(
+            f"{module}:{qualname} is a lambda or a local function, which has no name the callee "
+            "can resolve; define it at module level"
+        )
+    if module == "__mp_main__":
+        module = "__main__"
+    if not callable(fn) and not inspect.isclass(fn):
+        raise SerializationError(f"{fn!r} is not callable")
+    return f"{module}:{qualname}", bound_self
+
+
+def encode_body(
+    first: pb.FrameHeader, body: Any, ctx: pickler.EncodeContext
+) -> tuple[pb.FrameHeader, list[Any]]:
+    """Pickle ``body`` into ``first``'s payload.
+
+    Returns:
+        ``(first, buffers)`` ready for ``framing.split``.
+    """
+    data = pickler.dumps(body, ctx)
+    first.payload.pickle_nbytes = len(data)
+    first.payload.tensors.extend(meta for meta, _ in ctx.tensors)
+    first.payload.rrefs.extend(ctx.rrefs)
+    buffers: list[Any] = [data]
+    buffers.extend(buf for _, buf in ctx.tensors)
+    return first, buffers
+
+
+def decode_body(msg: Message, ctx_args: dict[str, Any]) -> tuple[Any, pickler.DecodeContext]:
+    """Unpickle the body of a received message.
+
+    Args:
+        msg: the assembled message.
+        ctx_args: ``policy``, ``peer`` and ``worker`` for the DecodeContext.
+
+    Returns:
+        ``(body, ctx)``; ``ctx.objects`` lists the rebuilt side-table objects.
+    """
+    ctx = pickler.DecodeContext(payload=msg.header.payload, arrays=msg.arrays, **ctx_args)
+    return pickler.loads(msg.pickle, ctx), ctx
+
+
+def split_callable(name: str) -> tuple[str, str]:
+    """``"module:qualname"`` -> ``(module, qualname)``.
+
+    Raises:
+        SerializationError: the name is malformed.
+    """
+    module, sep, qualname = name.partition(":")
+    if not sep or not module or not qualname:
+        raise SerializationError(f"malformed function name {name!r}; expected 'module:qualname'")
+    return module, qualname
+
+
+def total_bytes(buffers: Sequence[Any]) -> int:
+    """Raw size of a message's buffers."""
+    return sum(memoryview(b).nbytes for b in buffers)
+
+
+__all__ += ["split_callable", "total_bytes"]

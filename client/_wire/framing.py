@@ -1,0 +1,214 @@
+"""Frames: ``[u32 little-endian N][N bytes FrameHeader][raw bytes]`` (see worker.proto).
+
+A *message* (call, reply, fetched value, gradients) is one first header (with its ``Payload``)
+and a list of raw buffers: the pickle bytes, then each tensor's bytes in side-table order.
+:func:`split` cuts a message into frames of at most ``chunk_bytes`` raw bytes; :class:`Assembler`
+puts frames back together into freshly allocated, writable buffers, so peak extra memory on
+either side is one frame plus the destination arrays.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._proto import worker_pb2 as pb
+from ..errors import MessageTooLargeError, SerializationError
+
+__all__ = [
+    "Frame",
+    "Message",
+    "Assembler",
+    "encode_frame",
+    "decode_frame",
+    "split",
+    "ALLOWED_DTYPES",
+    "DEFAULT_CHUNK_BYTES",
+]
+
+_LEN = struct.Struct("<I")
+#: Raw bytes per frame; a gRPC message is this plus a small header.
+DEFAULT_CHUNK_BYTES = 4 << 20
+#: Dtypes that may travel as raw bytes (never object dtypes: raw pointers must not be trusted).
+ALLOWED_DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
+    "complex64 complex128".split()
+)
+
+
+@dataclass
+class Frame:
+    """One gRPC message: a FrameHeader and raw bytes (a list of buffers, joined when encoded)."""
+
+    header: pb.FrameHeader
+    raw: Sequence[Any] = ()
+
+    @property
+    def raw_nbytes(self) -> int:
+        return sum(memoryview(b).nbytes for b in self.raw)
+
+
+@dataclass
+class Message:
+    """A decoded message: its first header, the pickle bytes and the tensors' host arrays."""
+
+    header: pb.FrameHeader
+    pickle: Any = b""
+    arrays: list[np.ndarray] = field(default_factory=list)
+
+
+def encode_frame(frame: Frame) -> bytes:
+    """Serialize a frame (the gRPC request/response serializer)."""
+    head = frame.header.SerializeToString()
+    return b"".join((_LEN.pack(len(head)), head, *frame.raw))
+
+
+def decode_frame(data: bytes) -> Frame:
+    """Parse a frame without copying its raw bytes (the gRPC deserializer).
+
+    Raises:
+        SerializationError: the bytes are not a well-formed frame.
+    """
+    if len(data) < _LEN.size:
+        raise SerializationError("truncated frame: shorter than its length prefix")
+    (n,) = _LEN.unpack_from(data)
+    if n > len(data) - _LEN.size:
+        raise SerializationError(f"truncated frame: header of {n} bytes, {len(data)} received")
+    view = memoryview(data)
+    header = pb.FrameHeader()
+    header.ParseFromString(view[_LEN.size : _LEN.size + n])
+    return Frame(header, (view[_LEN.size + n :],))
+
+
+def split(first: pb.FrameHeader, buffers: Sequence[Any], chunk_bytes: int) -> Iterator[Frame]:
+    """Cut a message into frames of at most ``chunk_bytes`` raw bytes each.
+
+    Args:
+        first: the first header, with its oneof and ``payload`` set.
+        buffers: the raw buffers in order (bytes-like, C-contiguous).
+        chunk_bytes: maximum raw bytes per frame.
+
+    Yields:
+        Frames; the first carries ``first``, the last has ``last`` set.
+    """
+    views = [memoryview(b).cast("B") for b in buffers]
+    total = sum(v.nbytes for v in views)
+    offset, i, pos = 0, 0, 0
+    header = first
+    while True:
+        parts: list[memoryview] = []
+        room = chunk_bytes
+        while room and i < len(views):
+            v = views[i]
+            take = min(room, v.nbytes - pos)
+            if take:
+                parts.append(v[pos : pos + take])
+            pos += take
+            room -= take
+            if pos == v.nbytes:
+                i, pos = i + 1, 0
+        size = chunk_bytes - room
+        header.offset = offset
+        header.last = offset + size >= total
+        yield Frame(header, parts)
+        offset += size
+        if offset >= total:
+            return
+        header = pb.FrameHeader()
+
+
+class Assembler:
+    """Rebuild one message from its frames, checking sizes before allocating anything.
+
+    Args:
+        max_bytes: largest accepted raw size of a message.
+        peer: name of the sender, for error messages.
+    """
+
+    def __init__(self, max_bytes: int, peer: str = "") -> None:
+        self._max = max_bytes
+        self._peer = peer
+        self._regions: list[tuple[int, memoryview]] = []
+        self._expected = 0
+        self._fill = 0
+        self._total = 0
+        self.message: Message | None = None
+        self.complete = False
+
+    def feed(self, frame: Frame) -> bool:
+        """Add the next frame; return True when the message is complete.
+
+        Raises:
+            MessageTooLargeError: the payload exceeds ``max_bytes``.
+            SerializationError: frames out of order, inconsistent sizes or forbidden dtypes.
+        """
+        if self.complete:
+            raise SerializationError("frame received after the last frame of a message")
+        h = frame.header
+        if self.message is None:
+            self._start(h)
+        if h.offset != self._expected:
+            raise SerializationError(f"frame at offset {h.offset}, expected {self._expected}")
+        for chunk in frame.raw:
+            self._copy(memoryview(chunk).cast("B"))
+        if h.last:
+            if self._expected != self._total:
+                raise SerializationError(
+                    f"message ended after {self._expected} of {self._total} announced bytes"
+                )
+            self.complete = True
+        return self.complete
+
+    def _start(self, h: pb.FrameHeader) -> None:
+        payload = h.payload
+        total = payload.pickle_nbytes
+        pickle_buf = bytearray(payload.pickle_nbytes)
+        arrays: list[np.ndarray] = []
+        sizes = []
+        for meta in payload.tensors:
+            if meta.dtype not in ALLOWED_DTYPES:
+                raise SerializationError(f"tensor dtype {meta.dtype!r} may not travel as raw bytes")
+            if any(d < 0 for d in meta.shape):
+                raise SerializationError(f"negative tensor shape {tuple(meta.shape)}")
+            dt = np.dtype(meta.dtype)
+            count = int(np.prod(meta.shape, dtype=np.int64)) if meta.shape else 1
+            if meta.nbytes != count * dt.itemsize:
+                raise SerializationError(
+                    f"tensor of shape {tuple(meta.shape)} and dtype {meta.dtype} announced "
+                    f"{meta.nbytes} bytes"
+                )
+            total += meta.nbytes
+            sizes.append((meta, dt))
+        if total > self._max:
+            sender = f" from {self._peer!r}" if self._peer else ""
+            raise MessageTooLargeError(
+                f"message of {total} bytes{sender} exceeds max_message_bytes={self._max}"
+            )
+        self._regions.append((payload.pickle_nbytes, memoryview(pickle_buf)))
+        for meta, dt in sizes:
+            arr = np.empty(tuple(meta.shape), dtype=dt)
+            arrays.append(arr)
+            self._regions.append((meta.nbytes, memoryview(arr).cast("B") if arr.size else memoryview(b"")))
+        self._total = total
+        self.message = Message(h, pickle_buf, arrays)
+
+    def _copy(self, data: memoryview) -> None:
+        pos = 0
+        while pos < data.nbytes:
+            while self._regions and self._regions[0][0] == 0:
+                self._regions.pop(0)
+            if not self._regions:
+                raise SerializationError("frame carries more bytes than its payload announced")
+            size, dest = self._regions[0]
+            take = min(size - self._fill, data.nbytes - pos)
+            dest[self._fill : self._fill + take] = data[pos : pos + take]
+            pos += take
+            self._fill += take
+            self._expected += take
+            if self._fill == size:
+                self._regions.pop(0)
+                self._fill = 0

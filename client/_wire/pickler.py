@@ -1,0 +1,215 @@
+"""The wire pickler: pickle with side tables, and a restricted unpickler.
+
+Objects whose type is in the dispatch table (tensors, ndarrays, later RRefs) never go into the
+pickle: ``persistent_id`` moves them to a side table of the :class:`EncodeContext` and leaves a
+``(tag, index)`` reference behind; the receiver's :class:`DecodeContext` turns the reference back
+into the object. Issue 4 (RRefs) registers its type with :func:`register_side_table`.
+
+The unpickler resolves every global through the callee's :class:`CallablePolicy`, so a payload
+naming ``os.system`` fails before anything runs.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._proto import worker_pb2 as pb
+from ..errors import PolicyError, SerializationError
+from . import tensors
+from .policy import CallablePolicy
+
+__all__ = [
+    "EncodeContext",
+    "DecodeContext",
+    "register_side_table",
+    "dumps",
+    "loads",
+    "PROTOCOL",
+]
+
+PROTOCOL = 5
+
+
+@dataclass
+class EncodeContext:
+    """What one outgoing message collects besides its pickle.
+
+    Attributes:
+        peer: destination worker name.
+        device_map: local device -> peer device, for GPU tensors.
+        tensors: side table of (TensorMeta, buffer) in order.
+        rrefs: side table of RRefForkData, filled by the RRef side table (issue 4).
+        objects: the original objects of each side table, by tag (e.g. tensors that require grad,
+            for the dist-autograd hook).
+    """
+
+    peer: str = ""
+    device_map: dict[str, str] | None = None
+    tensors: list[tuple[pb.TensorMeta, memoryview]] = field(default_factory=list)
+    rrefs: list[pb.RRefForkData] = field(default_factory=list)
+    objects: dict[str, list[Any]] = field(default_factory=dict)
+
+
+@dataclass
+class DecodeContext:
+    """What one incoming message needs to rebuild side-table objects.
+
+    Attributes:
+        policy: the receiving worker's callable policy.
+        payload: the message's Payload (TensorMeta and RRefForkData lists).
+        arrays: the received host arrays, in TensorMeta order.
+        peer: sender worker name.
+        worker: this worker's name, for error messages.
+        objects: rebuilt side-table objects by tag (for hooks).
+    """
+
+    policy: CallablePolicy
+    payload: pb.Payload
+    arrays: list[np.ndarray]
+    peer: str = ""
+    worker: str = ""
+    objects: dict[str, list[Any]] = field(default_factory=dict)
+
+
+Encoder = Callable[[Any, EncodeContext], Any]
+Decoder = Callable[[Any, DecodeContext], Any]
+
+_encoders: dict[type, Encoder] = {}
+_decoders: dict[str, Decoder] = {}
+_lookup_cache: dict[type, Encoder | None] = {}
+_lock = threading.Lock()
+
+
+def register_side_table(cls: type, tag: str, encode: Encoder, decode: Decoder) -> None:
+    """Route instances of ``cls`` (and subclasses) through a side table instead of pickle.
+
+    Args:
+        cls: the type to intercept.
+        tag: short name of the side table ("T" for tensors, "R" for RRefs...).
+        encode: ``encode(obj, ctx) -> pid``; appends to ``ctx`` and returns a picklable reference
+            (usually ``(tag, index)``), or None to pickle ``obj`` normally.
+        decode: ``decode(pid, ctx) -> obj`` on the receiver.
+    """
+    with _lock:
+        _encoders[cls] = encode
+        _decoders[tag] = decode
+        _lookup_cache.clear()
+
+
+def _encoder_for(cls: type) -> Encoder | None:
+    try:
+        return _lookup_cache[cls]
+    except KeyError:
+        pass
+    _register_tensor_types()
+    found = next((_encoders[k] for k in cls.__mro__ if k in _encoders), None)
+    _lookup_cache[cls] = found
+    return found
+
+
+def _tensor_encoder(kind: str) -> Encoder:
+    def encode(obj: Any, ctx: EncodeContext) -> Any:
+        if kind == tensors.KIND_TENSOR:
+            _, param_cls = tensors.tensor_classes()
+            real_kind = tensors.KIND_PARAMETER if param_cls and isinstance(obj, param_cls) else kind
+        else:
+            real_kind = kind
+        packed = tensors.pack(obj, real_kind, ctx.peer, ctx.device_map)
+        if packed is None:
+            return None
+        ctx.tensors.append(packed)
+        ctx.objects.setdefault("T", []).append(obj)
+        return ("T", len(ctx.tensors) - 1)
+
+    return encode
+
+
+def _tensor_decoder(pid: Any, ctx: DecodeContext) -> Any:
+    index = pid[1]
+    if not isinstance(index, int) or not 0 <= index < len(ctx.arrays):
+        raise SerializationError(f"payload refers to tensor {index!r}, which it does not carry")
+    obj = tensors.unpack(ctx.payload.tensors[index], ctx.arrays[index])
+    ctx.objects.setdefault("T", []).append(obj)
+    return obj
+
+
+_tensor_types_done = False
+
+
+def _register_tensor_types() -> None:
+    global _tensor_types_done
+    if _tensor_types_done:
+        return
+    tensor_cls, _ = tensors.tensor_classes()
+    _encoders[np.ndarray] = _tensor_encoder(tensors.KIND_NDARRAY)
+    _decoders["T"] = _tensor_decoder
+    if tensor_cls is not None:
+        _encoders[tensor_cls] = _tensor_encoder(tensors.KIND_TENSOR)
+        _tensor_types_done = True
+    _lookup_cache.clear()
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, ctx: EncodeContext) -> None:
+        super().__init__(file, protocol=PROTOCOL)
+        self._ctx = ctx
+
+    def persistent_id(self, obj: Any) -> Any:
+        encode = _encoder_for(type(obj))
+        return None if encode is None else encode(obj, self._ctx)
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, ctx: DecodeContext) -> None:
+        super().__init__(file)
+        self._ctx = ctx
+
+    def find_class(self, module: str, name: str) -> Any:
+        return self._ctx.policy.resolve(module, name, self._ctx.worker, what="global")
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not isinstance(pid, tuple) or not pid or pid[0] not in _decoders:
+            raise SerializationError(f"unknown side-table reference {pid!r} in payload")
+        return _decoders[pid[0]](pid, self._ctx)
+
+
+def dumps(obj: Any, ctx: EncodeContext) -> bytes:
+    """Pickle ``obj``, moving side-table objects into ``ctx``.
+
+    Raises:
+        SerializationError: ``obj`` cannot be pickled (the message says what and why).
+    """
+    _register_tensor_types()
+    buf = io.BytesIO()
+    try:
+        _Pickler(buf, ctx).dump(obj)
+    except SerializationError:
+        raise
+    except Exception as exc:
+        dest = f" for worker {ctx.peer!r}" if ctx.peer else ""
+        raise SerializationError(f"cannot serialize{dest}: {type(exc).__name__}: {exc}") from exc
+    return buf.getvalue()
+
+
+def loads(data: Any, ctx: DecodeContext) -> Any:
+    """Unpickle ``data`` under ``ctx.policy``, rebuilding side-table objects.
+
+    Raises:
+        PolicyError: the payload names a global the policy refuses.
+        SerializationError: the payload is malformed or names something that does not resolve.
+    """
+    _register_tensor_types()
+    try:
+        return _Unpickler(io.BytesIO(data), ctx).load()
+    except (PolicyError, SerializationError):
+        raise
+    except Exception as exc:
+        src = f" from worker {ctx.peer!r}" if ctx.peer else ""
+        raise SerializationError(f"cannot deserialize payload{src}: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,115 @@
+"""Tensors and ndarrays <-> (TensorMeta, raw buffer): data never goes through pickle.
+
+A non-contiguous view is made contiguous first, so only its own elements travel and it arrives
+with its shape. GPU (CuPy) arrays need a device map entry for the destination; without one the
+error is immediate and names the ``device_maps`` option.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._proto import worker_pb2 as pb
+from ..errors import SerializationError
+from .framing import ALLOWED_DTYPES
+
+__all__ = ["KIND_TENSOR", "KIND_PARAMETER", "KIND_NDARRAY", "pack", "unpack", "tensor_classes"]
+
+KIND_TENSOR, KIND_PARAMETER, KIND_NDARRAY = "tensor", "parameter", "ndarray"
+
+
+def tensor_classes() -> tuple[type | None, type | None]:
+    """``(gradwire.Tensor, gradwire.nn.Parameter)``, each None while not importable."""
+    try:
+        from .._tensor import Tensor
+    except ImportError:
+        Tensor = None  # type: ignore[assignment,misc]  # noqa: N806
+    try:
+        from ..nn import Parameter
+    except ImportError:
+        Parameter = None  # type: ignore[assignment,misc]  # noqa: N806
+    return Tensor, Parameter
+
+
+def _device_of(arr: Any) -> str:
+    if isinstance(arr, np.ndarray):
+        return "cpu"
+    from .. import _backend
+
+    return str(_backend.device_of(arr))
+
+
+def pack(
+    obj: Any, kind: str, peer: str = "", device_map: dict[str, str] | None = None
+) -> tuple[pb.TensorMeta, memoryview] | None:
+    """Describe ``obj`` and return its bytes, or None when it must be pickled instead.
+
+    Args:
+        obj: a gradwire Tensor (or Parameter) or a numpy.ndarray.
+        kind: KIND_TENSOR, KIND_PARAMETER or KIND_NDARRAY.
+        peer: destination worker name, for error messages.
+        device_map: this worker's map ``{"cuda:0": "cuda:1", ...}`` for ``peer``.
+
+    Returns:
+        ``(meta, buffer)``, or None for an ndarray whose dtype cannot travel raw (object dtype).
+
+    Raises:
+        SerializationError: a GPU tensor without a device map entry for its device.
+    """
+    requires_grad = False
+    arr = obj
+    if kind != KIND_NDARRAY:
+        arr = obj._data
+        requires_grad = bool(obj.requires_grad)
+    if arr.dtype.name not in ALLOWED_DTYPES:
+        if kind == KIND_NDARRAY:
+            return None
+        raise SerializationError(f"tensor dtype {arr.dtype} cannot be sent")
+    device = _device_of(arr)
+    target = "cpu"
+    if device != "cpu":
+        target = (device_map or {}).get(device, "")
+        if not target:
+            raise SerializationError(
+                f"cannot send a tensor on {device} to worker {peer!r}: no device map entry; set "
+                f"rpc_backend_options.set_device_map({peer!r}, {{{device!r}: 'cuda:N' or 'cpu'}})"
+            )
+        arr = arr.get()  # device -> host copy; the receiver moves it to `target`
+    host = np.ascontiguousarray(arr)
+    meta = pb.TensorMeta(
+        dtype=host.dtype.name,
+        shape=host.shape,
+        nbytes=host.nbytes,
+        device=device,
+        target_device=target,
+        requires_grad=requires_grad,
+        kind=kind,
+    )
+    buf = memoryview(host).cast("B") if host.size else memoryview(b"")
+    return meta, buf
+
+
+def unpack(meta: pb.TensorMeta, arr: np.ndarray) -> Any:
+    """Rebuild what ``pack`` described from the received host array.
+
+    Raises:
+        SerializationError: a tensor arrived but gradwire.Tensor is not available here, or the
+            target device does not exist on this worker.
+    """
+    if meta.target_device and meta.target_device != "cpu":
+        from .. import _backend
+
+        try:
+            arr = _backend.to_device(arr, _backend.Device(meta.target_device))
+        except RuntimeError as exc:
+            raise SerializationError(f"cannot place tensor on {meta.target_device}: {exc}") from exc
+    if meta.kind == KIND_NDARRAY:
+        return arr
+    Tensor, Parameter = tensor_classes()  # noqa: N806
+    if meta.kind == KIND_PARAMETER and Parameter is not None:
+        return Parameter._wrap(arr, requires_grad=meta.requires_grad)
+    if Tensor is None:
+        raise SerializationError("received a tensor but gradwire.Tensor is not importable here")
+    return Tensor._wrap(arr, requires_grad=meta.requires_grad)
