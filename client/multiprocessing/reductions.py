@@ -79,11 +79,15 @@ def rebuild_cpu_tensor(
     tensor = cls._wrap(seg.ndarray(np.dtype(dtype), shape, strides, offset), requires_grad)
     tensor._shared = seg
     if base_layout is not None:
-        tensor._base = _base_for(cls, seg, base_layout)
+        tensor._base = _base_for(seg, base_layout)
+    else:
+        # A base sent beside its views: make it the object the views' _base points to.
+        with _bases_lock:
+            _bases.setdefault((seg.seg_id, layout), tensor)
     return tensor
 
 
-def _base_for(cls: type, seg: _segment.Segment, layout: _Layout) -> Any:
+def _base_for(seg: _segment.Segment, layout: _Layout) -> Any:
     from .._tensor import Tensor
 
     key = (seg.seg_id, layout)

@@ -1,0 +1,1 @@
+"""Differentiable ops, one small Node class per op, grouped by kind."""

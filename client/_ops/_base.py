@@ -1,0 +1,140 @@
+"""Op dispatch: run a Node's forward, wrap its outputs, and record the graph when needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._backend import array_module
+from ..autograd.grad_mode import _state
+from ..autograd.graph import Node
+
+__all__ = ["Op", "record", "edge_of", "reduce_grad", "as_tensor_like"]
+
+
+def edge_of(t: Any) -> tuple[Node | None, int]:
+    """The backward edge for input ``t``: its grad_fn, its AccumulateGrad, or nothing."""
+    fn = t._grad_fn
+    if fn is not None:
+        return fn, t._output_nr
+    if t._requires_grad:
+        return t._grad_accumulator(), 0
+    return None, 0
+
+
+class Op(Node):
+    """A built-in op. Class attributes tune dispatch:
+
+    - ``is_view``: the output shares memory with input 0 (and its version counter);
+    - ``save_output``: name under which output 0 is saved for backward (e.g. "result");
+    - ``differentiable``: False for ops whose outputs never require grad (comparisons).
+    """
+
+    __slots__ = ()
+    is_view = False
+    save_output: str | None = None
+    differentiable = True
+
+    @classmethod
+    def apply(cls, *inputs: Any, **kwargs: Any) -> Any:
+        return record(cls, inputs, kwargs)
+
+
+def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from .._tensor import Tensor, _check_inference_use
+
+    node = cls()
+    tensors = [t for t in inputs if isinstance(t, Tensor)]
+    requires = (
+        cls.differentiable
+        and _state.grad_enabled
+        and any(t._requires_grad or t._grad_fn is not None for t in tensors)
+    )
+    if requires:
+        _check_inference_use(tensors)
+        node._recording = True
+        node.next_functions = tuple(edge_of(t) for t in tensors)
+        node.needs_input_grad = tuple(t._requires_grad or t._grad_fn is not None for t in tensors)
+    out = node.forward(*inputs, **kwargs)
+    inference = _state.inference
+    if isinstance(out, tuple):
+        results = tuple(_wrap_output(o, i, node, requires, inference, inputs) for i, o in enumerate(out))
+        node._num_outputs = len(results)
+        if requires:
+            node._output_meta = [(r._data.shape, r._data.dtype, r.device) for r in results]
+        return results
+    result = _wrap_output(out, 0, node, requires, inference, inputs)
+    if requires:
+        node._output_meta = [(result._data.shape, result._data.dtype, None)]
+        if cls.save_output is not None:
+            node.save(cls.save_output, result, is_output=True)
+    return result
+
+
+def _wrap_output(arr: Any, nr: int, node: Node, requires: bool, inference: bool, inputs: tuple[Any, ...]) -> Any:
+    from .._tensor import Tensor
+
+    t = Tensor._wrap(arr)
+    t._inference = inference
+    if requires:
+        t._grad_fn = node
+        t._output_nr = nr
+    if type(node).is_view:
+        src = inputs[0]
+        if arr is src._data or np.may_share_memory(arr, src._data) if array_module(arr) is np else True:
+            t._base = src._base if src._base is not None else src
+            t._version = src._version
+    return t
+
+
+def reduce_grad(grad: Any, like_shape: tuple[int, ...], like_dtype: Any) -> Any:
+    """Sum ``grad`` back over broadcast axes to ``like_shape``; drop the imaginary part for a
+    real input (the R->C rule); cast to the input's dtype."""
+    if grad is None:
+        return None
+    gshape = grad.shape
+    if gshape != like_shape:
+        lead = len(gshape) - len(like_shape)
+        axes = tuple(range(lead)) + tuple(
+            i + lead for i, s in enumerate(like_shape) if s == 1 and gshape[i + lead] != 1
+        )
+        if axes:
+            grad = grad.sum(dim=axes, keepdim=True)
+        if lead:
+            grad = grad.reshape(like_shape)
+        elif grad.shape != like_shape:
+            grad = grad.reshape(like_shape)
+    gk = grad._data.dtype.kind
+    lk = np.dtype(like_dtype).kind
+    if gk == "c" and lk != "c":
+        grad = grad.real
+    if grad._data.dtype != like_dtype and lk in "fc":
+        grad = grad.to(dtype=like_dtype)
+    return grad
+
+
+def as_tensor_like(value: Any, like: Any) -> Any:
+    """Turn a Python scalar or array-like into a Tensor that does not upcast ``like``."""
+    from .._dtypes import get_default_dtype
+    from .._tensor import Tensor
+
+    if isinstance(value, Tensor):
+        return value
+    xp = array_module(like._data)
+    ldt = like._data.dtype
+    if isinstance(value, (bool, np.bool_)):
+        dt = ldt
+    elif isinstance(value, (int, np.integer)):
+        dt = ldt if ldt.kind != "b" else np.int64
+    elif isinstance(value, (float, np.floating)):
+        dt = ldt if ldt.kind in "fc" else get_default_dtype().np
+    elif isinstance(value, (complex, np.complexfloating)):
+        dt = ldt if ldt.kind == "c" else (np.complex128 if ldt == np.float64 else np.complex64)
+    else:
+        arr = xp.asarray(value)
+        if arr.dtype == np.float64 and ldt.kind in "fc":
+            arr = arr.astype(ldt)
+        return Tensor._wrap(arr)
+    arr = xp.asarray(value, dtype=dt)
+    return Tensor._wrap(arr)

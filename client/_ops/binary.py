@@ -1,0 +1,203 @@
+"""Broadcasting ops of two tensors, and matmul. Gradients are summed back over broadcast axes
+by ``reduce_grad``; complex gradients use the conjugate Wirtinger convention."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._backend import array_module
+from ._base import Op, reduce_grad
+
+__all__ = ["Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "Where", "MatMul", "Compare"]
+
+
+class _Binary(Op):
+    """Keeps only the shapes/dtypes of its inputs unless a subclass saves more."""
+
+    def _shapes(self, a: Any, b: Any) -> None:
+        self.save("self_meta", (a._data.shape, a._data.dtype))
+        self.save("other_meta", (b._data.shape, b._data.dtype))
+
+    def _reduce(self, ga: Any, gb: Any) -> tuple[Any, Any]:
+        sa, da = self.saved("self_meta")
+        sb, db = self.saved("other_meta")
+        return (
+            reduce_grad(ga, sa, da) if self.needs_input_grad[0] else None,
+            reduce_grad(gb, sb, db) if self.needs_input_grad[1] else None,
+        )
+
+
+class Add(_Binary):
+    def forward(self, a: Any, b: Any, alpha: Any = 1) -> Any:
+        self._shapes(a, b)
+        self.save("alpha", alpha)
+        return a._data + b._data if alpha == 1 else a._data + alpha * b._data
+
+    def backward(self, g: Any) -> Any:
+        alpha = self.saved("alpha")
+        return self._reduce(g, g if alpha == 1 else g * alpha)
+
+
+class Sub(_Binary):
+    def forward(self, a: Any, b: Any, alpha: Any = 1) -> Any:
+        self._shapes(a, b)
+        self.save("alpha", alpha)
+        return a._data - b._data if alpha == 1 else a._data - alpha * b._data
+
+    def backward(self, g: Any) -> Any:
+        alpha = self.saved("alpha")
+        return self._reduce(g, -g if alpha == 1 else -g * alpha)
+
+
+class Mul(_Binary):
+    def forward(self, a: Any, b: Any) -> Any:
+        self._shapes(a, b)
+        self.save("self", a if self.needs_input_grad[1:2] == (True,) else None)
+        self.save("other", b if self.needs_input_grad[:1] == (True,) else None)
+        return a._data * b._data
+
+    def backward(self, g: Any) -> Any:
+        a, b = self.saved("self"), self.saved("other")
+        return self._reduce(g * b.conj() if b is not None else None, g * a.conj() if a is not None else None)
+
+
+class Div(_Binary):
+    def forward(self, a: Any, b: Any) -> Any:
+        self._shapes(a, b)
+        self.save("self", a if self.needs_input_grad[1:2] == (True,) else None)
+        self.save("other", b)
+        return a._data / b._data
+
+    def backward(self, g: Any) -> Any:
+        a, b = self.saved("self"), self.saved("other")
+        ga = g / b.conj() if self.needs_input_grad[0] else None
+        gb = -g * (a / (b * b)).conj() if self.needs_input_grad[1] else None
+        return self._reduce(ga, gb)
+
+
+class Pow(_Binary):
+    save_output = "result"
+
+    def forward(self, a: Any, b: Any) -> Any:
+        self._shapes(a, b)
+        self.save("self", a)
+        self.save("exponent", b)
+        return a._data ** b._data
+
+    def backward(self, g: Any) -> Any:
+        a, b = self.saved("self"), self.saved("exponent")
+        ga = gb = None
+        if self.needs_input_grad[0]:
+            ga = g * (b * a ** (b - 1)).conj()
+        if self.needs_input_grad[1]:
+            # d(a^b)/db = a^b log a; where a == 0 and b >= 0 the limit is 0.
+            y = self.saved("result")
+            safe = a.masked_fill(a == 0, 1)
+            gb = g * (y * safe.log()).conj()
+        return self._reduce(ga, gb)
+
+
+class Maximum(_Binary):
+    def forward(self, a: Any, b: Any) -> Any:
+        self._shapes(a, b)
+        self.save("self", a)
+        self.save("other", b)
+        return array_module(a._data).maximum(a._data, b._data)
+
+    def backward(self, g: Any) -> Any:
+        a, b = self.saved("self"), self.saved("other")
+        # Ties split the gradient evenly, as PyTorch does.
+        wa = (a > b) + (a == b) * 0.5
+        return self._reduce(g * wa, g * (1 - wa))
+
+
+class Minimum(_Binary):
+    def forward(self, a: Any, b: Any) -> Any:
+        self._shapes(a, b)
+        self.save("self", a)
+        self.save("other", b)
+        return array_module(a._data).minimum(a._data, b._data)
+
+    def backward(self, g: Any) -> Any:
+        a, b = self.saved("self"), self.saved("other")
+        wa = (a < b) + (a == b) * 0.5
+        return self._reduce(g * wa, g * (1 - wa))
+
+
+class Where(Op):
+    """where(cond, a, b); cond is not differentiable and is passed as a keyword."""
+
+    def forward(self, a: Any, b: Any, cond: Any = None) -> Any:
+        self.save("condition", cond)
+        self.save("self_meta", (a._data.shape, a._data.dtype))
+        self.save("other_meta", (b._data.shape, b._data.dtype))
+        return array_module(a._data).where(cond._data, a._data, b._data)
+
+    def backward(self, g: Any) -> Any:
+        c = self.saved("condition")
+        (sa, da), (sb, db) = self.saved("self_meta"), self.saved("other_meta")
+        zero = g * 0
+        return (
+            reduce_grad(c.where(g, zero), sa, da) if self.needs_input_grad[0] else None,
+            reduce_grad(c.where(zero, g), sb, db) if self.needs_input_grad[1] else None,
+        )
+
+
+class MatMul(Op):
+    def forward(self, a: Any, b: Any) -> Any:
+        if a._data.ndim == 0 or b._data.ndim == 0:
+            raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
+                               f"{a._data.ndim}D and {b._data.ndim}D")
+        self.save("self", a if self.needs_input_grad[1:2] == (True,) else None)
+        self.save("other", b if self.needs_input_grad[:1] == (True,) else None)
+        self.save("self_meta", (a._data.shape, a._data.dtype))
+        self.save("other_meta", (b._data.shape, b._data.dtype))
+        self._is_mm = a._data.ndim == 2 and b._data.ndim == 2
+        try:
+            return a._data @ b._data
+        except ValueError:
+            raise RuntimeError(
+                f"mat1 and mat2 shapes cannot be multiplied ({_fmt(a._data.shape)} and {_fmt(b._data.shape)})"
+            ) from None
+
+    def backward(self, g: Any) -> Any:
+        a, b = self.saved("self"), self.saved("other")
+        (sa, da), (sb, db) = self.saved("self_meta"), self.saved("other_meta")
+        a1, b1 = len(sa) == 1, len(sb) == 1
+        g2 = g
+        if a1:
+            g2 = g2.unsqueeze(-2)
+        if b1:
+            g2 = g2.unsqueeze(-1)
+        ga = gb = None
+        if self.needs_input_grad[0]:
+            b2 = b.unsqueeze(-1) if b1 else b
+            ga = g2 @ b2.mT.conj()
+            ga = reduce_grad(ga, (1, *sa) if a1 else sa, da)
+            if a1:
+                ga = ga.reshape(sa)
+        if self.needs_input_grad[1]:
+            a2 = a.unsqueeze(0) if a1 else a
+            gb = a2.mT.conj() @ g2
+            gb = reduce_grad(gb, (*sb, 1) if b1 else sb, db)
+            if b1:
+                gb = gb.reshape(sb)
+        return ga, gb
+
+    def name(self) -> str:
+        return "MmBackward0" if getattr(self, "_is_mm", False) else "MatmulBackward0"
+
+
+def _fmt(shape: tuple[int, ...]) -> str:
+    return "x".join(str(s) for s in shape)
+
+
+class Compare(Op):
+    """A comparison (eq, ne, lt, le, gt, ge): bool output, never differentiable."""
+
+    differentiable = False
+    _FNS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
+            "gt": "greater", "ge": "greater_equal"}
+
+    def forward(self, a: Any, b: Any, op: str = "eq") -> Any:
+        return getattr(array_module(a._data), self._FNS[op])(a._data, b._data)

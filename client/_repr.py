@@ -1,0 +1,56 @@
+"""A repr like PyTorch's: ``tensor([1., 2.], requires_grad=True)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["tensor_repr"]
+
+
+def tensor_repr(t: Any) -> str:
+    arr = t._to_host()
+    kind = arr.dtype.kind
+    opts: dict[str, Any] = {"separator": ", ", "prefix": "tensor(", "threshold": 1000, "edgeitems": 3}
+    if kind == "f":
+        opts["formatter"] = {"float_kind": _float_formatter(arr)}
+    body = np.array2string(arr, **opts) if arr.ndim else _scalar(arr)
+    extras = []
+    if t.device.type != "cpu":
+        extras.append(f"device='{t.device}'")
+    default = np.float32
+    implied = (kind == "f" and arr.dtype == default) or arr.dtype == np.int64 or kind == "b" or (kind == "c" and arr.dtype == np.complex64)
+    if not implied or arr.size == 0:
+        extras.append(f"dtype=gradwire.{t.dtype.name}")
+    if t.grad_fn is not None:
+        extras.append(f"grad_fn=<{t.grad_fn.name()}>")
+    elif t.requires_grad:
+        extras.append("requires_grad=True")
+    return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+
+def _scalar(arr: Any) -> str:
+    v = arr.item()
+    if arr.dtype.kind == "f":
+        return _fmt_float(v)
+    if arr.dtype.kind == "b":
+        return str(bool(v))
+    return str(v)
+
+
+def _fmt_float(v: float) -> str:
+    if v == int(v) and abs(v) < 1e8:
+        return f"{int(v)}."
+    return f"{v:.4f}"
+
+
+def _float_formatter(arr: Any) -> Any:
+    finite = arr[np.isfinite(arr)] if arr.size else arr
+    ints = finite.size and np.all(finite == np.round(finite)) and np.all(np.abs(finite) < 1e8)
+    if ints:
+        return lambda v: f"{v:.0f}." if np.isfinite(v) else str(v)
+    big = finite.size and (np.max(np.abs(finite)) >= 1e8 or (np.min(np.abs(finite[finite != 0])) < 1e-4 if np.any(finite != 0) else False))
+    if big:
+        return lambda v: f"{v:.4e}"
+    return lambda v: f"{v:.4f}"

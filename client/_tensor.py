@@ -1,0 +1,473 @@
+"""``gradwire.Tensor``: an n-dimensional array (NumPy on CPU, CuPy on GPU) with autograd."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from ._backend import CPU, Device, device_of
+from ._dtypes import dtype as _dtype_cls
+from ._dtypes import from_numpy_dtype, to_numpy_dtype
+from .autograd.grad_mode import _state
+from .autograd.graph import Node, _RemovableHandle, _VersionCounter
+
+__all__ = ["Tensor", "from_numpy", "is_tensor"]
+
+
+def _check_inference_use(tensors: Sequence[Tensor]) -> None:
+    if not _state.inference:
+        for t in tensors:
+            if t._inference:
+                raise RuntimeError(
+                    "Inference tensors cannot be saved for backward. To work around you can "
+                    "make a clone to get a normal tensor and use it in autograd."
+                )
+
+
+class AccumulateGrad(Node):
+    """The graph node of a leaf that requires grad: adds incoming gradients to ``.grad``."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: Tensor) -> None:
+        super().__init__()
+        self.variable = variable
+        self.needs_input_grad = (True,)
+
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"
+
+
+class Tensor:
+    """A multi-dimensional array with automatic differentiation.
+
+    Build one with ``gradwire.tensor(data)``, ``gradwire.zeros(...)`` and friends. Arithmetic
+    follows NumPy broadcasting; ops on tensors that require grad are recorded so that
+    ``backward()`` can compute gradients.
+    """
+
+    __slots__ = (
+        "_data", "_requires_grad", "_grad_fn", "_output_nr", "_grad", "_version", "_base",
+        "_inference", "_hooks", "_retains_grad", "_grad_acc", "_shared", "_name", "__weakref__",
+        "__dict__",
+    )
+    __array_priority__ = 1000  # make ndarray <op> Tensor defer to Tensor
+
+    def __init__(self, data: Any = None, *, requires_grad: bool = False, dtype: Any = None, device: Any = None) -> None:
+        from ._creation import _array_from
+
+        arr = _array_from(data if data is not None else [], dtype, device)
+        self._init(arr)
+        if requires_grad:
+            self.requires_grad_(True)
+
+    def _init(self, arr: Any) -> None:
+        self._data = arr
+        self._requires_grad = False
+        self._grad_fn: Node | None = None
+        self._output_nr = 0
+        self._grad: Tensor | None = None
+        self._version = _VersionCounter()
+        self._base: Tensor | None = None
+        self._inference = False
+        self._hooks: list[Callable[..., Any]] | None = None
+        self._retains_grad = False
+        self._grad_acc: weakref.ref[AccumulateGrad] | None = None
+        self._shared: Any = None
+
+    @classmethod
+    def _wrap(cls, arr: Any, requires_grad: bool = False) -> Tensor:
+        """Build a tensor around an ndarray without copying it."""
+        t = cls.__new__(cls)
+        t._init(arr)
+        t._requires_grad = requires_grad
+        return t
+
+    # ---------------------------------------------------------------- metadata
+    @property
+    def data(self) -> Tensor:
+        """A tensor sharing storage that is not part of the graph (like ``detach()``)."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        self._data = value._data
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._data.shape)
+
+    def size(self, dim: int | None = None) -> Any:
+        """The shape, or the size of one dimension."""
+        return self.shape if dim is None else self._data.shape[dim]
+
+    @property
+    def ndim(self) -> int:
+        return int(self._data.ndim)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def numel(self) -> int:
+        return int(self._data.size)
+
+    def nelement(self) -> int:
+        return self.numel()
+
+    def element_size(self) -> int:
+        return int(self._data.itemsize)
+
+    @property
+    def dtype(self) -> _dtype_cls:
+        return from_numpy_dtype(self._data.dtype)
+
+    @property
+    def device(self) -> Device:
+        return device_of(self._data)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def is_floating_point(self) -> bool:
+        return bool(self._data.dtype.kind == "f")
+
+    def is_complex(self) -> bool:
+        return bool(self._data.dtype.kind == "c")
+
+    def is_contiguous(self) -> bool:
+        return bool(self._data.flags.c_contiguous)
+
+    def stride(self, dim: int | None = None) -> Any:
+        st = tuple(s // self._data.itemsize for s in self._data.strides)
+        return st if dim is None else st[dim]
+
+    def is_inference(self) -> bool:
+        return self._inference
+
+    @property
+    def _version_value(self) -> int:
+        return self._version.value
+
+    # ---------------------------------------------------------------- autograd metadata
+    @property
+    def requires_grad(self) -> bool:
+        return self._requires_grad or self._grad_fn is not None
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self.requires_grad_(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        """Set whether autograd records ops on this leaf tensor (in place)."""
+        if self._grad_fn is not None:
+            if not requires_grad:
+                raise RuntimeError(
+                    "you can only change requires_grad flags of leaf variables. If you want to "
+                    "use a computed variable in a subgraph that doesn't require differentiation "
+                    "use var_no_grad = var.detach()."
+                )
+            return self
+        if requires_grad and self._data.dtype.kind not in "fc":
+            raise RuntimeError(
+                f"only Tensors of floating point and complex dtype can require gradients, got {self.dtype}"
+            )
+        if requires_grad and self._inference and not _state.inference:
+            raise RuntimeError(
+                "Setting requires_grad=True on inference tensor outside InferenceMode is not allowed."
+            )
+        self._requires_grad = bool(requires_grad)
+        return self
+
+    @property
+    def grad_fn(self) -> Node | None:
+        return self._grad_fn
+
+    @property
+    def is_leaf(self) -> bool:
+        return self._grad_fn is None
+
+    @property
+    def grad(self) -> Tensor | None:
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"assigned grad must be a Tensor or None, got {type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"assigned grad has shape {value.shape}, but the tensor has shape {self.shape}")
+        self._grad = value
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` for this non-leaf tensor after backward."""
+        if not self.requires_grad:
+            raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+        if self.is_leaf or self._retains_grad:
+            return
+        self._retains_grad = True
+        assert self._grad_fn is not None
+        ref = weakref.ref(self)
+        if self._grad_fn._retain_grad_hooks is None:
+            self._grad_fn._retain_grad_hooks = {}
+        self._grad_fn._retain_grad_hooks[self._output_nr] = lambda g: _retain(ref, g)
+
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> _RemovableHandle:
+        """Run ``hook(grad)`` when this tensor's gradient is computed; a returned tensor
+        replaces the gradient.
+
+        Raises:
+            RuntimeError: if the tensor does not require grad.
+        """
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self._grad_fn is not None:
+            return self._grad_fn._add_pre_hook(self._output_nr, hook)
+        if self._hooks is None:
+            self._hooks = []
+        self._hooks.append(hook)
+        return _RemovableHandle(self._hooks, hook)
+
+    def _grad_accumulator(self) -> AccumulateGrad:
+        acc = self._grad_acc() if self._grad_acc is not None else None
+        if acc is None:
+            acc = AccumulateGrad(self)
+            self._grad_acc = weakref.ref(acc)
+        return acc
+
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
+                 create_graph: bool = False, inputs: Sequence[Tensor] | None = None) -> None:
+        """Compute the gradient of this tensor w.r.t. graph leaves, accumulating into ``.grad``.
+
+        Args:
+            gradient: the gradient w.r.t. this tensor; required unless it has one element.
+            retain_graph: keep saved tensors for another backward (default: create_graph).
+            create_graph: record the backward pass so higher-order gradients can be taken.
+            inputs: accumulate only into these tensors.
+
+        Raises:
+            RuntimeError: if the tensor does not require grad, or the graph was freed.
+        """
+        from .autograd import backward as _backward
+
+        _backward([self], None if gradient is None else [gradient], retain_graph, create_graph, inputs=inputs)
+
+    def detach(self) -> Tensor:
+        """A new tensor sharing storage (and version counter) but outside the graph."""
+        t = Tensor._wrap(self._data)
+        t._version = self._version
+        t._base = self._base
+        t._inference = self._inference
+        return t
+
+    def detach_(self) -> Tensor:
+        """Detach this tensor from the graph in place."""
+        self._grad_fn = None
+        self._requires_grad = False
+        return self
+
+    # ---------------------------------------------------------------- conversion
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The NumPy array sharing this tensor's memory (CPU tensors only).
+
+        Raises:
+            TypeError: for CUDA tensors (use ``.cpu().numpy()``).
+            RuntimeError: for tensors that require grad (use ``.detach().numpy()``).
+        """
+        if self.device.type != "cpu":
+            if force:
+                return self.cpu().numpy()
+            raise TypeError(
+                f"can't convert {self.device} tensor to numpy. Use Tensor.cpu() to copy the "
+                "tensor to host memory first."
+            )
+        if self.requires_grad and not force:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+        return self._data  # type: ignore[no-any-return]
+
+    def item(self) -> Any:
+        """The value of a one-element tensor as a Python number."""
+        if self._data.size != 1:
+            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+        return self._data.reshape(()).item()
+
+    def tolist(self) -> Any:
+        return self._to_host().tolist()
+
+    def _to_host(self) -> np.ndarray:
+        arr = self._data
+        return arr if isinstance(arr, np.ndarray) else arr.get()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = self._to_host()
+        return arr.astype(dtype) if dtype is not None else arr
+
+    def to(self, *args: Any, **kwargs: Any) -> Tensor:
+        """Move and/or cast: ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(other)``.
+
+        Differentiable; returns ``self`` when nothing changes.
+        """
+        dev = kwargs.pop("device", None)
+        dt = kwargs.pop("dtype", None)
+        kwargs.pop("non_blocking", None)
+        copy = kwargs.pop("copy", False)
+        if kwargs:
+            raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, _dtype_cls):
+                dt = a
+            elif isinstance(a, Tensor):
+                dev, dt = a.device, a.dtype
+            elif isinstance(a, (str, Device)):
+                dev = a
+            else:
+                raise TypeError(f"to() expects a device, a dtype or a tensor, got {a!r}")
+        target = Device(dev) if dev is not None else self.device
+        np_dt = to_numpy_dtype(dt) if dt is not None else self._data.dtype
+        if target == self.device and np_dt == self._data.dtype and not copy:
+            return self
+        from ._ops.unary import ToCopy
+
+        return ToCopy.apply(self, device=target, dtype=np_dt)  # type: ignore[no-any-return]
+
+    def cpu(self) -> Tensor:
+        return self.to(CPU)
+
+    def cuda(self, device: int | str | None = None) -> Tensor:
+        """A copy on a CUDA device (clear error when none is available)."""
+        if isinstance(device, int):
+            device = f"cuda:{device}"
+        return self.to(Device(device or "cuda:0"))
+
+    def float(self) -> Tensor:
+        return self.to(dtype=np.float32)
+
+    def double(self) -> Tensor:
+        return self.to(dtype=np.float64)
+
+    def half(self) -> Tensor:
+        return self.to(dtype=np.float16)
+
+    def long(self) -> Tensor:
+        return self.to(dtype=np.int64)
+
+    def int(self) -> Tensor:
+        return self.to(dtype=np.int32)
+
+    def bool(self) -> Tensor:
+        return self.to(dtype=np.bool_)
+
+    def type(self, dtype: Any = None) -> Any:
+        if dtype is None:
+            return f"gradwire.{self.dtype.name}"
+        return self.to(dtype=dtype)
+
+    # ---------------------------------------------------------------- python protocol
+    def __repr__(self) -> str:
+        from ._repr import tensor_repr
+
+        return tensor_repr(self)
+
+    def __len__(self) -> int:
+        if self._data.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return int(self._data.shape[0])
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if self._data.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self._data.shape[0]))
+
+    def __bool__(self) -> bool:
+        if self._data.size != 1:
+            raise RuntimeError(
+                f"Boolean value of Tensor with {self._data.size} values is ambiguous"
+            )
+        return bool(self._data.reshape(()).item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self._data.dtype.kind not in "iu" or self._data.size != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
+    __hash__ = object.__hash__
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (_rebuild_tensor, (self._to_host().copy(), self.requires_grad and self.is_leaf, type(self)))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol"
+            )
+        t = type(self)._wrap(self._data.copy(), self._requires_grad)
+        if self._grad is not None:
+            t._grad = self._grad.__deepcopy__(memo)
+        memo[id(self)] = t
+        return t
+
+    def share_memory_(self) -> Tensor:
+        """Move this CPU tensor's storage to shared memory (see gradwire.multiprocessing)."""
+        from .multiprocessing._sharing import share_memory_  # type: ignore[import-not-found]
+
+        share_memory_(self)
+        return self
+
+    def is_shared(self) -> bool:
+        """True when the storage lives in shared memory."""
+        base = self._base if self._base is not None else self
+        return base._shared is not None
+
+
+def _retain(ref: weakref.ref[Tensor], grad: Tensor) -> None:
+    t = ref()
+    if t is None:
+        return
+    g = grad.detach()
+    if t._grad is None:
+        t._grad = Tensor._wrap(g._data.copy())
+    else:
+        t._grad = Tensor._wrap(t._grad._data + g._data)
+
+
+def _rebuild_tensor(arr: np.ndarray, requires_grad: bool, cls: type[Tensor] = Tensor) -> Tensor:
+    t = cls._wrap(arr)
+    if requires_grad:
+        t._requires_grad = True
+    return t
+
+
+def is_tensor(obj: Any) -> bool:
+    """True when ``obj`` is a gradwire Tensor."""
+    return isinstance(obj, Tensor)
+
+
+def from_numpy(arr: np.ndarray) -> Tensor:
+    """A tensor sharing memory with a NumPy array; writes to either are seen by both.
+
+    Raises:
+        TypeError: if ``arr`` is not an ndarray or its dtype is unsupported.
+    """
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(arr).__name__}")
+    from_numpy_dtype(arr.dtype)
+    return Tensor._wrap(arr)
+
+
+from . import _tensor_methods  # noqa: E402,F401  (attaches ops as Tensor methods)

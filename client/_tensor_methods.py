@@ -1,0 +1,554 @@
+"""Attaches the op surface to ``Tensor``: operators, math methods and in-place variants.
+
+Kept apart from ``_tensor.py`` so that the class itself stays about data and autograd metadata.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ._backend import array_module
+from ._ops import binary as B
+from ._ops import movement as M
+from ._ops import reduce as R
+from ._ops import unary as U
+from ._ops._base import as_tensor_like
+from ._tensor import Tensor
+from .autograd.grad_mode import _state, no_grad
+
+__all__: list[str] = []
+
+
+def _t(value: Any, like: Tensor) -> Tensor:
+    return as_tensor_like(value, like)
+
+
+def _shape_arg(shape: Any) -> tuple[int, ...]:
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = shape[0]
+    return tuple(int(s) for s in shape)
+
+
+# ------------------------------------------------------------------ in place
+def _check_inplace(t: Tensor) -> None:
+    if t._inference and not _state.inference:
+        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.")
+
+
+def _inplace(self: Tensor, compute: Callable[[Tensor], Tensor], others: tuple[Any, ...] = ()) -> Tensor:
+    """Apply an out-of-place op and write its result into ``self``, rewriting the graph.
+
+    With autograd recording, the op sees a snapshot of ``self``'s old value (so its backward
+    does not read the overwritten data) and ``self`` takes the op's node as its grad_fn. The
+    version counter is bumped, so anything that saved ``self`` earlier detects the change.
+    """
+    _check_inplace(self)
+    recording = _state.grad_enabled and (
+        self.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others)
+    )
+    if recording:
+        if self._grad_fn is None and self._requires_grad:
+            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+        base = self._base
+        if base is not None and (base.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others)):
+            raise RuntimeError(
+                "gradwire does not record in-place operations on a view of a tensor that is part "
+                "of an autograd graph; use the out-of-place op (e.g. x = x + y) or clone() the view first."
+            )
+        snap = Tensor._wrap(self._data.copy(), self._requires_grad)
+        snap._grad_fn, snap._output_nr = self._grad_fn, self._output_nr
+        out = compute(snap)
+        _write(self, out._data)
+        self._grad_fn, self._output_nr = out._grad_fn, out._output_nr
+    else:
+        with no_grad():
+            out = compute(self)
+        _write(self, out._data)
+    self._version.value += 1
+    return self
+
+
+def _write(self: Tensor, arr: Any) -> None:
+    dst = self._data
+    if arr.dtype != dst.dtype and not np.can_cast(arr.dtype, dst.dtype, casting="same_kind"):
+        raise RuntimeError(f"result type {arr.dtype} can't be cast to the desired output type {dst.dtype}")
+    if arr.shape != dst.shape:
+        try:
+            arr = array_module(arr).broadcast_to(arr, dst.shape)
+        except ValueError:
+            raise RuntimeError(
+                f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(arr.shape)}"
+            ) from None
+    dst[...] = arr
+
+
+def _fast_inplace(self: Tensor, ufunc: Any, other: Any, others: tuple[Any, ...]) -> bool:
+    """In-place arithmetic straight into the buffer when nothing is recorded."""
+    if _state.grad_enabled and (self.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others)):
+        return False
+    _check_inplace(self)
+    o = other._data if isinstance(other, Tensor) else other
+    try:
+        ufunc(self._data, o, out=self._data, casting="same_kind")
+    except TypeError as exc:  # numpy's casting errors subclass TypeError
+        raise RuntimeError(f"result type can't be cast to the desired output type {self._data.dtype}: {exc}") from None
+    except ValueError:
+        raise RuntimeError(
+            f"output with shape {list(self._data.shape)} doesn't match the broadcast shape"
+        ) from None
+    self._version.value += 1
+    return True
+
+
+def add_(self: Tensor, other: Any, alpha: Any = 1) -> Tensor:
+    if alpha == 1 and _fast_inplace(self, np.add, other, (other,)):
+        return self
+    return _inplace(self, lambda s: s.add(other, alpha=alpha), (other,))
+
+
+def sub_(self: Tensor, other: Any, alpha: Any = 1) -> Tensor:
+    if alpha == 1 and _fast_inplace(self, np.subtract, other, (other,)):
+        return self
+    return _inplace(self, lambda s: s.sub(other, alpha=alpha), (other,))
+
+
+def mul_(self: Tensor, other: Any) -> Tensor:
+    if _fast_inplace(self, np.multiply, other, (other,)):
+        return self
+    return _inplace(self, lambda s: s * other, (other,))
+
+
+def div_(self: Tensor, other: Any) -> Tensor:
+    if self._data.dtype.kind in "fc" and _fast_inplace(self, np.divide, other, (other,)):
+        return self
+    return _inplace(self, lambda s: s / other, (other,))
+
+
+def zero_(self: Tensor) -> Tensor:
+    return fill_(self, 0)
+
+
+def fill_(self: Tensor, value: Any) -> Tensor:
+    if isinstance(value, Tensor) and value.requires_grad:
+        return _inplace(self, lambda s: s * 0 + value, (value,))
+    _check_inplace(self)
+    if _state.grad_enabled and self._grad_fn is None and self._requires_grad:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if _state.grad_enabled and self.requires_grad:
+        return _inplace(self, lambda s: s * 0 + value)
+    self._data[...] = value._data if isinstance(value, Tensor) else value
+    self._version.value += 1
+    return self
+
+
+def copy_(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
+    if not isinstance(src, Tensor):
+        raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
+    src_here = src.to(self.device)
+    if _state.grad_enabled and (self.requires_grad or src.requires_grad):
+        return _inplace(self, lambda s: s * 0 + src_here.to(dtype=self.dtype) if src_here.dtype != self.dtype else s * 0 + src_here, (src,))
+    _check_inplace(self)
+    self._data[...] = src_here._data
+    self._version.value += 1
+    return self
+
+
+def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    return _inplace(self, lambda s: s.clamp(min, max))
+
+
+def setitem(self: Tensor, index: Any, value: Any) -> None:
+    v = _t(value, self)
+    _inplace(self, lambda s: M.IndexPut.apply(s, v.to(self.device), index=index), (v,))
+
+
+# ------------------------------------------------------------------ arithmetic
+def add(self: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
+    return B.Add.apply(self, _t(other, self), alpha=alpha)
+
+
+def sub(self: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
+    return B.Sub.apply(self, _t(other, self), alpha=alpha)
+
+
+def mul(self: Tensor, other: Any) -> Tensor:
+    return B.Mul.apply(self, _t(other, self))
+
+
+def div(self: Tensor, other: Any) -> Tensor:
+    o = _t(other, self)
+    a = self
+    if self._data.dtype.kind in "biu" and o._data.dtype.kind in "biu":
+        a = self.to(dtype=np.float32)
+    return B.Div.apply(a, o)
+
+
+def pow(self: Tensor, exponent: Any) -> Tensor:
+    if isinstance(exponent, Tensor):
+        return B.Pow.apply(self, exponent)
+    return U.PowScalar.apply(self, exponent)
+
+
+def rpow(self: Tensor, base: Any) -> Tensor:
+    return B.Pow.apply(_t(base, self), self)
+
+
+def matmul(self: Tensor, other: Tensor) -> Tensor:
+    if not isinstance(other, Tensor):
+        raise TypeError(f"matmul(): argument 'other' must be Tensor, not {type(other).__name__}")
+    return B.MatMul.apply(self, other)
+
+
+def _cmp(op: str) -> Callable[[Tensor, Any], Tensor]:
+    def fn(self: Tensor, other: Any) -> Tensor:
+        return B.Compare.apply(self, _t(other, self), op=op)
+
+    fn.__name__ = op
+    return fn
+
+
+def _logical(ufunc_name: str) -> Callable[[Tensor, Any], Tensor]:
+    def fn(self: Tensor, other: Any) -> Tensor:
+        o = other._data if isinstance(other, Tensor) else other
+        return Tensor._wrap(getattr(array_module(self._data), ufunc_name)(self._data, o))
+
+    return fn
+
+
+def maximum(self: Tensor, other: Tensor) -> Tensor:
+    return B.Maximum.apply(self, _t(other, self))
+
+
+def minimum(self: Tensor, other: Tensor) -> Tensor:
+    return B.Minimum.apply(self, _t(other, self))
+
+
+def where(cond: Tensor, a: Any, b: Any) -> Tensor:
+    """``cond.where(a, b)``: elements of ``a`` where cond is true, else of ``b``."""
+    like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+    if like is None:
+        like = Tensor._wrap(np.asarray(a))
+    return B.Where.apply(_t(a, like), _t(b, like), cond=cond if isinstance(cond, Tensor) else Tensor._wrap(np.asarray(cond)))
+
+
+def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
+    return where(mask, _t(value, self), self)
+
+
+# ------------------------------------------------------------------ unary math
+def sgn(self: Tensor) -> Tensor:
+    """x/|x| (0 at 0) for complex; sign(x) for real. Not differentiable (gradient 0)."""
+    d = self._data
+    xp = array_module(d)
+    if d.dtype.kind == "c":
+        a = xp.abs(d)
+        out = xp.where(a == 0, 0, d / xp.where(a == 0, 1, a)).astype(d.dtype)
+    else:
+        out = xp.sign(d)
+    return Tensor._wrap(out)
+
+
+def clamp(self: Tensor, min: Any = None, max: Any = None) -> Tensor:
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    if isinstance(min, Tensor) or isinstance(max, Tensor):
+        out = self
+        if min is not None:
+            out = maximum(out, min)
+        if max is not None:
+            out = minimum(out, max)
+        return out
+    return U.Clamp.apply(self, min=min, max=max)
+
+
+def softmax(self: Tensor, dim: int) -> Tensor:
+    return U.Softmax.apply(self, dim=dim)
+
+
+def log_softmax(self: Tensor, dim: int) -> Tensor:
+    return U.LogSoftmax.apply(self, dim=dim)
+
+
+def square(self: Tensor) -> Tensor:
+    return self * self
+
+
+def rsub(self: Tensor, other: Any) -> Tensor:
+    return _t(other, self).sub(self)
+
+
+def rdiv(self: Tensor, other: Any) -> Tensor:
+    return div(_t(other, self), self)
+
+
+def rmatmul(self: Tensor, other: Any) -> Tensor:
+    return matmul(_t(other, self), self)
+
+
+# ------------------------------------------------------------------ reductions
+def _sum(self: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    return R.Sum.apply(self, dim=dim, keepdim=keepdim, dtype=None if dtype is None else dtype.np)
+
+
+def mean(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return R.Mean.apply(self, dim=dim, keepdim=keepdim)
+
+
+def _minmax(largest: bool) -> Callable[..., Any]:
+    def fn(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+        if isinstance(dim, Tensor):
+            return maximum(self, dim) if largest else minimum(self, dim)
+        if dim is None:
+            return R.MaxAll.apply(self, largest=largest)
+        from .return_types import MinMax
+
+        values, indices = R.MaxDim.apply(self, dim=dim, keepdim=keepdim, largest=largest)
+        return MinMax(values, indices)
+
+    return fn
+
+
+def prod(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return R.Prod.apply(self, dim=dim, keepdim=keepdim)
+
+
+def var(self: Tensor, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
+    if correction is None:
+        correction = 1 if unbiased is None or unbiased else 0
+    return R.Var.apply(self, dim=dim, correction=correction, keepdim=keepdim)
+
+
+def std(self: Tensor, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
+    return var(self, dim, unbiased, keepdim, correction=correction).sqrt()
+
+
+def argmax(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return R.ArgReduce.apply(self, dim=dim, keepdim=keepdim, largest=True)
+
+
+def argmin(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+    return R.ArgReduce.apply(self, dim=dim, keepdim=keepdim, largest=False)
+
+
+# ------------------------------------------------------------------ movement
+def reshape(self: Tensor, *shape: Any) -> Tensor:
+    shp = _shape_arg(shape)
+    if shp == self._data.shape:
+        return M.Reshape.apply(self, shape=shp) if self.requires_grad else self.view_as_self()
+    return M.Reshape.apply(self, shape=shp)
+
+
+def view(self: Tensor, *shape: Any) -> Tensor:
+    shp = _shape_arg(shape)
+    out = M.Reshape.apply(self, shape=shp)
+    if out._base is None and out._data.size > 0 and self._data.size > 0:
+        raise RuntimeError(
+            "view size is not compatible with input tensor's size and stride (at least one dimension "
+            "spans across two contiguous subspaces). Use .reshape(...) instead."
+        )
+    return out
+
+
+def view_as_self(self: Tensor) -> Tensor:
+    t = Tensor._wrap(self._data.view())
+    t._base = self._base if self._base is not None else self
+    t._version = self._version
+    t._inference = self._inference
+    return t
+
+
+def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    nd = self._data.ndim
+    if nd == 0:
+        return reshape(self, 1)
+    s, e = start_dim % nd, end_dim % nd
+    if s > e:
+        raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
+    shape = self._data.shape
+    n = 1
+    for d in shape[s:e + 1]:
+        n *= d
+    return reshape(self, *shape[:s], n, *shape[e + 1:])
+
+
+def squeeze(self: Tensor, dim: Any = None) -> Tensor:
+    return M.Squeeze.apply(self, dim=dim)
+
+
+def unsqueeze(self: Tensor, dim: int) -> Tensor:
+    return M.Unsqueeze.apply(self, dim=dim)
+
+
+def transpose(self: Tensor, dim0: int, dim1: int) -> Tensor:
+    return M.Transpose.apply(self, dim0=dim0, dim1=dim1)
+
+
+def permute(self: Tensor, *dims: Any) -> Tensor:
+    return M.Permute.apply(self, dims=_shape_arg(dims))
+
+
+def t(self: Tensor) -> Tensor:
+    if self._data.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self._data.ndim}D")
+    return transpose(self, 0, 1) if self._data.ndim == 2 else self
+
+
+def _T(self: Tensor) -> Tensor:
+    return permute(self, *reversed(range(self._data.ndim)))
+
+
+def _mT(self: Tensor) -> Tensor:
+    if self._data.ndim < 2:
+        raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.")
+    return transpose(self, -2, -1)
+
+
+def _mH(self: Tensor) -> Tensor:
+    return _mT(self).conj()
+
+
+def expand(self: Tensor, *sizes: Any) -> Tensor:
+    return M.Expand.apply(self, shape=_shape_arg(sizes))
+
+
+def expand_as(self: Tensor, other: Tensor) -> Tensor:
+    return expand(self, *other.shape)
+
+
+def contiguous(self: Tensor) -> Tensor:
+    if self._data.flags.c_contiguous:
+        return self
+    return M.Contiguous.apply(self)
+
+
+def clone(self: Tensor) -> Tensor:
+    return U.Clone.apply(self)
+
+
+def getitem(self: Tensor, index: Any) -> Tensor:
+    return M.Index.apply(self, index=index)
+
+
+def narrow(self: Tensor, dim: int, start: int, length: int) -> Tensor:
+    d = dim % max(self._data.ndim, 1)
+    idx = (slice(None),) * d + (slice(start, start + length),)
+    return getitem(self, idx)
+
+
+def select(self: Tensor, dim: int, index: int) -> Tensor:
+    d = dim % max(self._data.ndim, 1)
+    return getitem(self, (slice(None),) * d + (index,))
+
+
+def split(self: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple[Tensor, ...]:
+    n = self._data.shape[dim]
+    if isinstance(split_size_or_sections, int):
+        if split_size_or_sections <= 0:
+            raise RuntimeError(f"split expects split_size be positive, but got split_size={split_size_or_sections}")
+        sizes = [min(split_size_or_sections, n - i) for i in range(0, n, split_size_or_sections)] or [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n:
+            raise RuntimeError(
+                f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at dimension {dim}), but got split_sizes={sizes}"
+            )
+    out, start = [], 0
+    for s in sizes:
+        out.append(narrow(self, dim, start, s))
+        start += s
+    return tuple(out)
+
+
+def chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    n = self._data.shape[dim]
+    size = -(-n // chunks) if n else 1
+    return split(self, max(size, 1), dim)
+
+
+def conj(self: Tensor) -> Tensor:
+    if self._data.dtype.kind != "c":
+        return self
+    return U.Conj.apply(self)
+
+
+def _real(self: Tensor) -> Tensor:
+    if self._data.dtype.kind != "c":
+        return self
+    return U.Real.apply(self)
+
+
+def _imag(self: Tensor) -> Tensor:
+    return U.Imag.apply(self)
+
+
+def _to_dtype(self: Tensor, dtype: Any) -> Tensor:
+    return self.to(dtype=dtype)
+
+
+def _zeros_like_self(self: Tensor) -> Tensor:
+    return Tensor._wrap(array_module(self._data).zeros_like(self._data))
+
+
+def equal(self: Tensor, other: Tensor) -> bool:
+    """True when both tensors have the same shape and elements."""
+    return bool(self._data.shape == other._data.shape and (self._data == other._data).all())
+
+
+def allclose(self: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+    return bool(array_module(self._data).allclose(self._data, other._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
+
+
+def _unary(cls: Any) -> Callable[[Tensor], Tensor]:
+    def fn(self: Tensor) -> Tensor:
+        return cls.apply(self)
+
+    fn.__name__ = cls.__name__.lower()
+    return fn
+
+
+_METHODS: dict[str, Any] = {
+    "add": add, "sub": sub, "subtract": sub, "mul": mul, "multiply": mul, "div": div,
+    "divide": div, "true_divide": div, "pow": pow, "matmul": matmul, "mm": matmul,
+    "neg": _unary(U.Neg), "negative": _unary(U.Neg), "exp": _unary(U.Exp), "log": _unary(U.Log),
+    "sqrt": _unary(U.Sqrt), "abs": _unary(U.Abs), "sin": _unary(U.Sin), "cos": _unary(U.Cos),
+    "tanh": _unary(U.Tanh), "sigmoid": _unary(U.Sigmoid), "relu": _unary(U.Relu),
+    "sgn": sgn, "sign": sgn, "clamp": clamp, "clip": clamp, "softmax": softmax,
+    "log_softmax": log_softmax, "square": square, "maximum": maximum, "minimum": minimum,
+    "where": where, "masked_fill": masked_fill,
+    "sum": _sum, "mean": mean, "max": _minmax(True), "min": _minmax(False), "amax": None,
+    "prod": prod, "var": var, "std": std, "argmax": argmax, "argmin": argmin,
+    "reshape": reshape, "view": view, "view_as_self": view_as_self, "flatten": flatten,
+    "squeeze": squeeze, "unsqueeze": unsqueeze, "transpose": transpose, "swapaxes": transpose,
+    "permute": permute, "t": t, "expand": expand, "expand_as": expand_as,
+    "contiguous": contiguous, "clone": clone, "narrow": narrow, "select": select,
+    "split": split, "chunk": chunk, "conj": conj, "equal": equal, "allclose": allclose,
+    "eq": _cmp("eq"), "ne": _cmp("ne"), "lt": _cmp("lt"), "le": _cmp("le"), "gt": _cmp("gt"),
+    "ge": _cmp("ge"),
+    "add_": add_, "sub_": sub_, "mul_": mul_, "div_": div_, "zero_": zero_, "fill_": fill_,
+    "copy_": copy_, "clamp_": clamp_,
+    "__add__": add, "__radd__": add, "__sub__": sub, "__rsub__": rsub, "__mul__": mul,
+    "__rmul__": mul, "__truediv__": div, "__rtruediv__": rdiv, "__pow__": pow,
+    "__rpow__": rpow, "__matmul__": matmul, "__rmatmul__": rmatmul, "__neg__": _unary(U.Neg),
+    "__pos__": lambda self: self, "__abs__": _unary(U.Abs),
+    "__eq__": _cmp("eq"), "__ne__": _cmp("ne"), "__lt__": _cmp("lt"), "__le__": _cmp("le"),
+    "__gt__": _cmp("gt"), "__ge__": _cmp("ge"),
+    "__and__": _logical("logical_and"), "__or__": _logical("logical_or"),
+    "__xor__": _logical("logical_xor"),
+    "__invert__": lambda self: Tensor._wrap(array_module(self._data).logical_not(self._data) if self._data.dtype.kind == "b" else ~self._data),
+    "__iadd__": add_, "__isub__": sub_, "__imul__": mul_, "__itruediv__": div_,
+    "__getitem__": getitem, "__setitem__": setitem,
+}
+_METHODS["amax"] = lambda self, dim=None, keepdim=False: _minmax(True)(self, dim, keepdim) if dim is None else _minmax(True)(self, dim, keepdim).values
+for _name, _fn in _METHODS.items():
+    setattr(Tensor, _name, _fn)
+
+Tensor.T = property(_T)  # type: ignore[attr-defined]
+Tensor.mT = property(_mT)  # type: ignore[attr-defined]
+Tensor.mH = property(_mH)  # type: ignore[attr-defined]
+Tensor.H = property(lambda self: _T(self).conj())  # type: ignore[attr-defined]
+Tensor.real = property(_real)  # type: ignore[attr-defined]
+Tensor.imag = property(_imag)  # type: ignore[attr-defined]

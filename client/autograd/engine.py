@@ -1,0 +1,240 @@
+"""The backward engine: dependency counting, then a reverse sweep in the calling thread.
+
+Each call builds its own ``GraphTask`` (dependencies, input buffers), so concurrent backward
+calls from several threads never share bookkeeping. Nodes are executed under their own lock,
+and release their saved tensors afterwards unless ``retain_graph``; a second sweep through a
+released node raises the "backward through the graph a second time" error, also when two
+threads race over a shared graph.
+
+The engine is also the base of distributed autograd: ``execute`` takes explicit root edges
+and a ``leaf_sink`` that receives leaf gradients instead of ``.grad``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from .grad_mode import set_grad_enabled
+from .graph import Node
+
+if TYPE_CHECKING:
+    from .._tensor import Tensor
+
+__all__ = ["execute", "GraphTask", "RootEdge"]
+
+RootEdge = tuple[Node, int, "Tensor"]
+_accumulate_lock = threading.Lock()
+
+
+class GraphTask:
+    """Bookkeeping of one backward pass."""
+
+    def __init__(self, retain_graph: bool, create_graph: bool) -> None:
+        self.retain_graph = retain_graph
+        self.create_graph = create_graph
+        self.dependencies: dict[Node, int] = {}
+        self.buffers: dict[Node, list[Any]] = {}
+        # For autograd.grad / backward(inputs=...): which (node, output_nr) to capture.
+        self.capture: dict[tuple[Node, int], int] | None = None
+        self.captured: list[Any] = []
+        self.needed: set[Node] | None = None
+
+
+def _compute_dependencies(task: GraphTask, roots: Iterable[Node]) -> None:
+    deps = task.dependencies
+    seen: set[Node] = set()
+    stack = [r for r in roots]
+    for r in stack:
+        seen.add(r)
+    while stack:
+        node = stack.pop()
+        for nxt, _ in node.next_functions:
+            if nxt is None:
+                continue
+            deps[nxt] = deps.get(nxt, 0) + 1
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+
+
+def _needed_nodes(roots: Iterable[Node], targets: set[Node]) -> set[Node]:
+    """Nodes from which some target node is reachable (only those must run)."""
+    memo: dict[Node, bool] = {}
+    order: list[Node] = []
+    stack: list[tuple[Node, bool]] = [(r, False) for r in roots]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            memo[node] = node in targets or any(
+                memo.get(n, False) for n, _ in node.next_functions if n is not None
+            )
+            continue
+        if node in memo:
+            continue
+        memo[node] = False
+        order.append(node)
+        stack.append((node, True))
+        for n, _ in node.next_functions:
+            if n is not None and n not in memo:
+                stack.append((n, False))
+    return {n for n, ok in memo.items() if ok}
+
+
+def _add_to_buffer(task: GraphTask, node: Node, nr: int, grad: Any) -> None:
+    buf = task.buffers.get(node)
+    if buf is None:
+        buf = task.buffers[node] = [None] * max(node._num_outputs, nr + 1)
+    elif nr >= len(buf):
+        buf.extend([None] * (nr + 1 - len(buf)))
+    cur = buf[nr]
+    buf[nr] = grad if cur is None else cur + grad
+
+
+def execute(
+    roots: list[RootEdge],
+    retain_graph: bool,
+    create_graph: bool,
+    capture: list[tuple[Node, int]] | None = None,
+    leaf_sink: Callable[[Tensor, Tensor], None] | None = None,
+    extra_roots: Iterable[Node] = (),
+) -> list[Any]:
+    """Run a backward pass from ``roots`` (node, output_nr, gradient).
+
+    Args:
+        roots: the starting edges with their gradients.
+        retain_graph: keep saved tensors after the pass.
+        create_graph: record the backward pass itself (higher-order gradients).
+        capture: if given, compute only gradients flowing into these edges and return them
+            (``autograd.grad``); leaves are not accumulated.
+        leaf_sink: if given, called as ``leaf_sink(leaf, grad)`` instead of accumulating into
+            ``leaf.grad`` (distributed autograd's per-context store).
+        extra_roots: nodes that start with no gradient but count as roots for dependencies
+            (distributed autograd's send functions).
+
+    Returns:
+        The captured gradients, in ``capture`` order (empty when capture is None).
+    """
+    task = GraphTask(retain_graph, create_graph)
+    root_nodes = [n for n, _, _ in roots]
+    all_roots = root_nodes + [n for n in extra_roots if n not in root_nodes]
+    _compute_dependencies(task, all_roots)
+    if capture is not None:
+        task.capture = {}
+        for i, key in enumerate(capture):
+            task.capture.setdefault(key, i)
+        task.captured = [None] * len(capture)
+        task.needed = _needed_nodes(all_roots, {n for n, _ in capture})
+    for node, nr, grad in roots:
+        _add_to_buffer(task, node, nr, grad)
+    ready = [n for n in all_roots if task.dependencies.get(n, 0) == 0]
+    seen_ready = set(ready)
+    with set_grad_enabled(create_graph):
+        while ready:
+            node = ready.pop()
+            grads = task.buffers.pop(node, None) or [None] * node._num_outputs
+            outs = _run_node(task, node, grads, leaf_sink)
+            for (nxt, nr), g in zip(node.next_functions, outs):
+                if nxt is None:
+                    continue
+                if g is not None:
+                    _add_to_buffer(task, nxt, nr, g)
+                left = task.dependencies[nxt] - 1
+                task.dependencies[nxt] = left
+                if left == 0 and nxt not in seen_ready:
+                    seen_ready.add(nxt)
+                    ready.append(nxt)
+    return task.captured
+
+
+def _call_pre_hooks(node: Node, grads: list[Any]) -> list[Any]:
+    hooks = node._pre_hooks
+    if hooks:
+        for nr, fns in hooks.items():
+            if nr < 0:
+                continue
+            for fn in list(fns):
+                if grads[nr] is not None:
+                    new = fn(grads[nr])
+                    if new is not None:
+                        grads[nr] = new
+        for fn in list(hooks.get(-1, ())):
+            new = fn(tuple(grads))
+            if new is not None:
+                grads = list(new)
+    if node._retain_grad_hooks:
+        for nr, fn in node._retain_grad_hooks.items():
+            if nr < len(grads) and grads[nr] is not None:
+                fn(grads[nr])
+    return grads
+
+
+def _run_node(task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any) -> tuple[Any, ...]:
+    from .._tensor import AccumulateGrad
+
+    grads = _call_pre_hooks(node, grads)
+    if task.capture is not None:
+        for nr, g in enumerate(grads):
+            idx = task.capture.get((node, nr))
+            if idx is not None:
+                task.captured[idx] = g
+        if task.needed is not None and node not in task.needed:
+            return (None,) * len(node.next_functions)
+    if isinstance(node, AccumulateGrad):
+        if task.capture is None and grads[0] is not None:
+            _accumulate(node.variable, grads[0], task.create_graph, leaf_sink)
+        return ()
+    if all(g is None for g in grads):
+        return (None,) * len(node.next_functions)
+    with node._lock:
+        node._check_not_released()
+        out = node.backward(*grads)
+        if not task.retain_graph:
+            node.release_saved()
+    if not isinstance(out, tuple):
+        out = (out,)
+    if len(out) != len(node.next_functions):
+        raise RuntimeError(
+            f"function {node.name()} returned an incorrect number of gradients "
+            f"(expected {len(node.next_functions)}, got {len(out)})"
+        )
+    if node._post_hooks:
+        for fn in list(node._post_hooks):
+            new = fn(out, tuple(grads))
+            if new is not None:
+                out = tuple(new)
+    return out
+
+
+def _accumulate(leaf: Tensor, grad: Tensor, create_graph: bool, leaf_sink: Any) -> None:
+    from .._tensor import Tensor
+
+    if leaf._hooks:
+        for fn in list(leaf._hooks):
+            new = fn(grad)
+            if new is not None:
+                grad = new
+    if grad._data.shape != leaf._data.shape:
+        raise RuntimeError(
+            f"Function AccumulateGrad returned an invalid gradient - got {list(grad.shape)} but expected shape compatible with {list(leaf.shape)}"
+        )
+    if leaf_sink is not None:
+        leaf_sink(leaf, grad)
+        return
+    with _accumulate_lock:
+        cur = leaf._grad
+        if cur is None:
+            if create_graph:
+                leaf._grad = grad
+            else:
+                data = grad._data
+                if data.dtype != leaf._data.dtype:
+                    data = data.astype(leaf._data.dtype)
+                else:
+                    data = data.copy()
+                leaf._grad = Tensor._wrap(data)
+        elif create_graph or cur.requires_grad:
+            leaf._grad = cur + grad
+        else:
+            cur._data += grad._data
+            cur._version.value += 1
