@@ -15,8 +15,15 @@ from collections.abc import Callable
 
 from .rref_errors import RRefProtocolError, UnknownRRefError
 from .rref_ids import ForkId, IdGenerator, RRefId
-from .rref_messages import ChildAck, Effects, ForkAccepted, ForkRequest, RemoteAck, RRefDelete
-from .rref_messages import RRefForkData
+from .rref_messages import (
+    ChildAck,
+    Effects,
+    ForkAccepted,
+    ForkRequest,
+    RemoteAck,
+    RRefDelete,
+    RRefForkData,
+)
 from .rref_tombstones import Tombstones
 from .rref_value import ValueSlot
 

@@ -23,8 +23,15 @@ from dataclasses import dataclass
 
 from .rref_errors import RRefProtocolError, UnknownRRefError
 from .rref_ids import ForkId, RRefId
-from .rref_messages import ChildAck, Effects, ForkAccepted, ForkRequest, RemoteAck, RRefDelete
-from .rref_messages import RRefForkData
+from .rref_messages import (
+    ChildAck,
+    Effects,
+    ForkAccepted,
+    ForkRequest,
+    RemoteAck,
+    RRefDelete,
+    RRefForkData,
+)
 
 __all__ = ["UserState", "UserRecord", "PendingChild", "UserTable"]
 
