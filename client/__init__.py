@@ -7,7 +7,7 @@ adds RPC, RRefs and distributed autograd across workers that are gRPC services.
 from __future__ import annotations
 
 from . import _tensor_methods  # noqa: F401  (op surface of Tensor)
-from . import autograd
+from . import autograd, nn, optim
 from ._backend import Device, device, is_cuda_available
 from ._creation import (
     arange, as_tensor, cat, concat, empty, empty_like, eye, full, full_like, linspace,
@@ -37,6 +37,6 @@ __all__ = [
     "complex128", "int8", "int16", "int32", "int64", "uint8", "bool", "half", "float",
     "double", "long", "int", "cfloat", "cdouble", "get_default_dtype", "set_default_dtype",
     "device", "Device", "is_cuda_available", "no_grad", "enable_grad", "set_grad_enabled",
-    "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "autograd",
+    "inference_mode", "is_grad_enabled", "is_inference_mode_enabled", "autograd", "nn", "optim",
     *_functional_all,
 ]

@@ -11,7 +11,7 @@ from ._backend import CPU, Device, device_of
 from ._dtypes import dtype as _dtype_cls
 from ._dtypes import from_numpy_dtype, to_numpy_dtype
 from .autograd.grad_mode import _state
-from .autograd.graph import Node, _RemovableHandle, _VersionCounter
+from .autograd.graph import AccumulateGrad, Node, _RemovableHandle, _VersionCounter, register_tensor_type
 
 __all__ = ["Tensor", "from_numpy", "is_tensor"]
 
@@ -24,20 +24,6 @@ def _check_inference_use(tensors: Sequence[Tensor]) -> None:
                     "Inference tensors cannot be saved for backward. To work around you can "
                     "make a clone to get a normal tensor and use it in autograd."
                 )
-
-
-class AccumulateGrad(Node):
-    """The graph node of a leaf that requires grad: adds incoming gradients to ``.grad``."""
-
-    __slots__ = ("variable",)
-
-    def __init__(self, variable: Tensor) -> None:
-        super().__init__()
-        self.variable = variable
-        self.needs_input_grad = (True,)
-
-    def name(self) -> str:
-        return "torch::autograd::AccumulateGrad"
 
 
 class Tensor:
@@ -80,7 +66,10 @@ class Tensor:
     @classmethod
     def _wrap(cls, arr: Any, requires_grad: bool = False) -> Tensor:
         """Build a tensor around an ndarray without copying it."""
-        t = cls.__new__(cls)
+        if isinstance(arr, np.generic):
+            # NumPy ops on 0-d arrays return scalars; a tensor always holds an ndarray.
+            arr = np.asarray(arr)
+        t = object.__new__(cls)  # bypass subclass __new__ (Parameter's wraps a Tensor)
         t._init(arr)
         t._requires_grad = requires_grad
         return t
@@ -469,5 +458,7 @@ def from_numpy(arr: np.ndarray) -> Tensor:
     from_numpy_dtype(arr.dtype)
     return Tensor._wrap(arr)
 
+
+register_tensor_type(Tensor)
 
 from . import _tensor_methods  # noqa: E402,F401  (attaches ops as Tensor methods)

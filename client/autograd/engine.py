@@ -16,7 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .grad_mode import set_grad_enabled
-from .graph import Node
+from .graph import AccumulateGrad, Node
 
 if TYPE_CHECKING:
     from .._tensor import Tensor
@@ -148,6 +148,8 @@ def execute(
 
 
 def _call_pre_hooks(node: Node, grads: list[Any]) -> list[Any]:
+    if node._pre_hooks is None and node._retain_grad_hooks is None:
+        return grads
     hooks = node._pre_hooks
     if hooks:
         for nr, fns in hooks.items():
@@ -170,8 +172,6 @@ def _call_pre_hooks(node: Node, grads: list[Any]) -> list[Any]:
 
 
 def _run_node(task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any) -> tuple[Any, ...]:
-    from .._tensor import AccumulateGrad
-
     grads = _call_pre_hooks(node, grads)
     if task.capture is not None:
         for nr, g in enumerate(grads):

@@ -21,7 +21,9 @@ from .grad_mode import _state
 if TYPE_CHECKING:
     from .._tensor import Tensor
 
-__all__ = ["Node", "SavedTensor", "saved_tensors_hooks", "disable_saved_tensors_hooks"]
+__all__ = [
+    "Node", "AccumulateGrad", "SavedTensor", "saved_tensors_hooks", "disable_saved_tensors_hooks",
+]
 
 _FREED_MSG = (
     "Trying to backward through the graph a second time (or directly access saved tensors "
@@ -272,11 +274,9 @@ class Node:
         """Keep ``value`` for backward (a Tensor becomes a checked SavedTensor)."""
         if not self._recording:
             return
-        from .._tensor import Tensor
-
         if self._saved is None:
             self._saved = {}
-        if isinstance(value, Tensor) or (value is None and name in ("self", "other")):
+        if isinstance(value, _tensor_type) or (value is None and name in ("self", "other")):
             self._saved[name] = SavedTensor(value, self, is_output)
         else:
             self._saved[name] = value
@@ -332,6 +332,28 @@ class Node:
 
     def backward(self, *grads: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no backward")
+
+
+class AccumulateGrad(Node):
+    """The graph node of a leaf that requires grad: adds incoming gradients to ``.grad``."""
+
+    __slots__ = ("variable",)
+
+    def __init__(self, variable: Tensor) -> None:
+        super().__init__()
+        self.variable = variable
+        self.needs_input_grad = (True,)
+
+    def name(self) -> str:
+        return "torch::autograd::AccumulateGrad"
+
+
+_tensor_type: Any = ()  # gradwire.Tensor, registered by _tensor.py (which imports this module)
+
+
+def register_tensor_type(cls: type) -> None:
+    global _tensor_type
+    _tensor_type = cls
 
 
 class _Released:

@@ -1,0 +1,109 @@
+"""``Optimizer``: parameter groups, per-parameter state, zero_grad, and the step contract."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .._tensor import Tensor
+
+__all__ = ["Optimizer"]
+
+
+class Optimizer:
+    """Base class: holds ``param_groups`` (dicts with "params" and hyper-parameters) and ``state``.
+
+    Subclasses implement ``_update(param, grad, state, group)`` working on arrays in place.
+    """
+
+    def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
+        if isinstance(params, Tensor):
+            raise TypeError(
+                "params argument given to the optimizer should be an iterable of Tensors or dicts, "
+                f"but got {type(params).__name__}"
+            )
+        groups = list(params)
+        if not groups:
+            raise ValueError("optimizer got an empty parameter list")
+        if not isinstance(groups[0], dict):
+            groups = [{"params": groups}]
+        self.defaults = dict(defaults)
+        self.param_groups: list[dict[str, Any]] = []
+        self.state: dict[Tensor, dict[str, Any]] = {}
+        for g in groups:
+            self.add_param_group(g)
+
+    def add_param_group(self, group: dict[str, Any]) -> None:
+        params = group["params"]
+        params = [params] if isinstance(params, Tensor) else list(params)
+        for p in params:
+            if not isinstance(p, Tensor):
+                raise TypeError(f"optimizer can only optimize Tensors, got {type(p).__name__}")
+            if not p.is_leaf:
+                raise ValueError("can't optimize a non-leaf Tensor")
+        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        if any(id(p) in seen for p in params):
+            raise ValueError("some parameters appear in more than one parameter group")
+        full = {**self.defaults, **group, "params": params}
+        self.param_groups.append(full)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset gradients (to None by default, as in PyTorch)."""
+        for g in self.param_groups:
+            for p in g["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    p.grad._data[...] = 0
+
+    def step(self, closure: Any = None) -> Any:
+        """Update every parameter that has a gradient; parameters without one are untouched."""
+        loss = None
+        if closure is not None:
+            from ..autograd.grad_mode import enable_grad
+
+            with enable_grad():
+                loss = closure()
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is None:
+                    continue
+                self._update(p, p.grad._data, self.state.setdefault(p, {}), g)
+                p._version.value += 1
+        return loss
+
+    def step_with_grads(self, grads: dict[Tensor, Tensor]) -> None:
+        """Apply one step using gradients from ``grads`` instead of ``.grad`` (used by the
+        distributed optimizer with a dist-autograd context's gradients)."""
+        for g in self.param_groups:
+            for p in g["params"]:
+                grad = grads.get(p)
+                if grad is None:
+                    continue
+                self._update(p, grad._data, self.state.setdefault(p, {}), g)
+                p._version.value += 1
+
+    def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _update")
+
+    def state_dict(self) -> dict[str, Any]:
+        index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
+        return {
+            "state": {index[id(p)]: {k: (v.copy() if hasattr(v, "copy") else v) for k, v in s.items()} for p, s in self.state.items()},
+            "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]} for g in self.param_groups],
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        params = [p for g in self.param_groups for p in g["params"]]
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups) or any(len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
+            raise ValueError("loaded state dict has a different number of parameter groups or parameters")
+        for g, saved in zip(self.param_groups, groups):
+            g.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = {params[int(i)]: dict(s) for i, s in state_dict["state"].items()}
+
+    def __repr__(self) -> str:
+        lines = [type(self).__name__ + " ("]
+        for i, g in enumerate(self.param_groups):
+            lines.append(f"Parameter Group {i}")
+            lines += [f"    {k}: {v}" for k, v in sorted(g.items()) if k != "params"]
+        return "\n".join(lines) + "\n)"
