@@ -17,9 +17,8 @@ import statistics
 import time
 from typing import Any, Callable
 
-import numpy as np
-
 import gradwire as gw
+import numpy as np
 
 try:  # torch is optional and never a gradwire dependency
     import torch
@@ -81,7 +80,7 @@ def _chain(lib: Any) -> Callable[[], None]:
 
     def step() -> None:
         y = x
-        for i in range(CHAIN // 2):
+        for _ in range(CHAIN // 2):
             y = y * 1.0001
             y = y + 0.5
         y.sum().backward()
@@ -96,8 +95,14 @@ def main() -> None:
     ns = parser.parse_args()
     if torch is not None:
         torch.set_num_threads(2)
-    rows = [("mlp fwd+bwd (256x512, 3 layers)", gradwire_mlp, torch_mlp if torch else None),
-            (f"chain of {CHAIN} ops fwd+bwd", lambda: _chain(gw), (lambda: _chain(torch)) if torch else None)]
+    rows = [
+        ("mlp fwd+bwd (256x512, 3 layers)", gradwire_mlp, torch_mlp if torch else None),
+        (
+            f"chain of {CHAIN} ops fwd+bwd",
+            lambda: _chain(gw),
+            (lambda: _chain(torch)) if torch else None,
+        ),
+    ]
     print(f"torch: {torch.__version__ if torch else 'not importable'}; numpy {np.__version__}")
     print(f"{'workload':36s} {'gradwire':>12s} {'torch':>12s} {'ratio':>8s}")
     for name, gw_make, torch_make in rows:

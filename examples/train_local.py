@@ -11,14 +11,15 @@ import argparse
 import math
 import sys
 
-import numpy as np
-
 import gradwire as gw
+import numpy as np
 from gradwire import nn
 from gradwire.nn import functional as F
 
 
-def make_spirals(n_per_class: int, classes: int = 3, noise: float = 0.2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def make_spirals(
+    n_per_class: int, classes: int = 3, noise: float = 0.2, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     xs, ys = [], []
     for c in range(classes):
@@ -34,7 +35,9 @@ def make_spirals(n_per_class: int, classes: int = 3, noise: float = 0.2, seed: i
 
 
 def build_model(hidden: int = 64) -> nn.Module:
-    return nn.Sequential(nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 3))
+    return nn.Sequential(
+        nn.Linear(2, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 3)
+    )
 
 
 def accuracy(model: nn.Module, x: gw.Tensor, y: gw.Tensor) -> float:
@@ -65,14 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         order = rng.permutation(n)
         total = 0.0
         for start in range(0, n, args.batch_size):
-            idx = gw.tensor(order[start:start + args.batch_size])
+            idx = gw.tensor(order[start : start + args.batch_size])
             loss = F.cross_entropy(model(x_train[idx]), y_train[idx])
             opt.zero_grad()
             loss.backward()
             opt.step()
             total += loss.item() * len(idx)
         if epoch == 1 or epoch % 10 == 0 or epoch == args.epochs:
-            print(f"epoch {epoch:3d}  loss {total / n:.4f}  train acc {accuracy(model, x_train, y_train):.3f}")
+            print(
+                f"epoch {epoch:3d}  loss {total / n:.4f}  train acc {accuracy(model, x_train, y_train):.3f}"
+            )
     acc = accuracy(model, x_test, y_test)
     print(f"test accuracy {acc:.3f} (target {args.target:.2f})")
     return 0 if acc >= args.target else 1

@@ -6,7 +6,17 @@ from typing import Any
 
 from .._tensor import Tensor
 
-__all__ = ["relu", "sigmoid", "tanh", "softmax", "log_softmax", "linear", "mse_loss", "cross_entropy", "nll_loss"]
+__all__ = [
+    "relu",
+    "sigmoid",
+    "tanh",
+    "softmax",
+    "log_softmax",
+    "linear",
+    "mse_loss",
+    "cross_entropy",
+    "nll_loss",
+]
 
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
@@ -68,13 +78,17 @@ def nll_loss(log_probs: Tensor, target: Tensor, reduction: str = "mean") -> Tens
     if log_probs.ndim != 2:
         raise ValueError(f"nll_loss expects (N, C) log-probabilities, got shape {log_probs.shape}")
     if target.ndim != 1 or target.shape[0] != log_probs.shape[0]:
-        raise ValueError(f"nll_loss expects (N,) class indices for input {log_probs.shape}, got target {target.shape}")
+        raise ValueError(
+            f"nll_loss expects (N,) class indices for input {log_probs.shape}, got target {target.shape}"
+        )
     if target._data.dtype.kind not in "iu":
         raise TypeError(f"nll_loss expects integer class indices, got {target.dtype}")
     n, c = log_probs.shape
     idx = target._data
     if n and (idx.min() < 0 or idx.max() >= c):
-        raise IndexError(f"Target {int(idx.max() if idx.max() >= c else idx.min())} is out of bounds for {c} classes")
+        raise IndexError(
+            f"Target {int(idx.max() if idx.max() >= c else idx.min())} is out of bounds for {c} classes"
+        )
     from .._backend import array_module
 
     picked = log_probs[array_module(idx).arange(n), idx]  # type: ignore[index]

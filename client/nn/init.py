@@ -44,7 +44,9 @@ def ones_(t: Tensor) -> Tensor:
 
 def _fans(t: Tensor) -> tuple[int, int]:
     if t.ndim < 2:
-        raise ValueError("Fan in and fan out can not be computed for tensor with fewer than 2 dimensions")
+        raise ValueError(
+            "Fan in and fan out can not be computed for tensor with fewer than 2 dimensions"
+        )
     receptive = 1
     for s in t.shape[2:]:
         receptive *= s
@@ -64,4 +66,3 @@ def xavier_uniform_(t: Tensor, gain: float = 1.0) -> Tensor:
     fan_in, fan_out = _fans(t)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(t, -bound, bound)
-

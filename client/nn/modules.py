@@ -13,7 +13,17 @@ from . import functional as F
 from . import init
 from .parameter import Parameter
 
-__all__ = ["Module", "Linear", "ReLU", "Sigmoid", "Tanh", "Identity", "Sequential", "MSELoss", "CrossEntropyLoss"]
+__all__ = [
+    "Module",
+    "Linear",
+    "ReLU",
+    "Sigmoid",
+    "Tanh",
+    "Identity",
+    "Sequential",
+    "MSELoss",
+    "CrossEntropyLoss",
+]
 
 
 class Module:
@@ -35,7 +45,9 @@ class Module:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if "_parameters" not in self.__dict__:
-            raise AttributeError("cannot assign before Module.__init__() call: call super().__init__() first")
+            raise AttributeError(
+                "cannot assign before Module.__init__() call: call super().__init__() first"
+            )
         params, modules = self.__dict__["_parameters"], self.__dict__["_modules"]
         params.pop(name, None)
         modules.pop(name, None)
@@ -75,7 +87,9 @@ class Module:
         setattr(self, name, module)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required \"forward\" function")
+        raise NotImplementedError(
+            f'Module [{type(self).__name__}] is missing the required "forward" function'
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
@@ -97,7 +111,9 @@ class Module:
         for _, m in self.named_modules():
             yield m
 
-    def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Parameter]]:
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
         seen: set[int] = set()
         mods = self.named_modules(prefix) if recurse else iter([(prefix, self)])
         for mp, m in mods:
@@ -116,7 +132,9 @@ class Module:
         """Parameter name -> detached tensor (sharing storage)."""
         return OrderedDict((n, p.detach()) for n, p in self.named_parameters())
 
-    def load_state_dict(self, state_dict: dict[str, Tensor], strict: bool = True) -> tuple[list[str], list[str]]:
+    def load_state_dict(
+        self, state_dict: dict[str, Tensor], strict: bool = True
+    ) -> tuple[list[str], list[str]]:
         """Copy values into the parameters of the same names.
 
         Returns:
@@ -167,7 +185,7 @@ class Module:
         """Move/cast parameters in place (keeps the same Parameter objects)."""
         with no_grad():
             for m in self.modules():
-                for name, p in list(m._parameters.items()):
+                for p in list(m._parameters.values()):
                     moved = p.to(*args, **kwargs)
                     if moved is not p:
                         p._data = moved._data
@@ -187,10 +205,19 @@ class Module:
 class Linear(Module):
     """y = x @ W^T + b, with PyTorch's default initialization."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype: Any = None, device: Any = None) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        dtype: Any = None,
+        device: Any = None,
+    ) -> None:
         super().__init__()
         if in_features <= 0 or out_features <= 0:
-            raise ValueError(f"Linear needs positive sizes, got in_features={in_features}, out_features={out_features}")
+            raise ValueError(
+                f"Linear needs positive sizes, got in_features={in_features}, out_features={out_features}"
+            )
         self.in_features, self.out_features = in_features, out_features
         self.weight = Parameter(empty(out_features, in_features, dtype=dtype, device=device))
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))
@@ -239,7 +266,9 @@ class Sequential(Module):
         super().__init__()
         for i, m in enumerate(modules):
             if not isinstance(m, Module):
-                raise TypeError(f"Sequential expects Modules, got {type(m).__name__} at position {i}")
+                raise TypeError(
+                    f"Sequential expects Modules, got {type(m).__name__} at position {i}"
+                )
             self.add_module(str(i), m)
 
     def forward(self, x: Any) -> Any:

@@ -19,8 +19,16 @@ class Adam(Optimizer):
         >>> opt = gradwire.optim.Adam(model.parameters(), lr=1e-3)
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, maximize: bool = False) -> None:
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        amsgrad: bool = False,
+        maximize: bool = False,
+    ) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if eps < 0.0:
@@ -29,8 +37,17 @@ class Adam(Optimizer):
             raise ValueError(f"Invalid beta parameters: {betas}")
         if weight_decay < 0.0:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      amsgrad=amsgrad, maximize=maximize))
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                betas=betas,
+                eps=eps,
+                weight_decay=weight_decay,
+                amsgrad=amsgrad,
+                maximize=maximize,
+            ),
+        )
 
     def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         xp = array_module(p._data)
@@ -41,7 +58,9 @@ class Adam(Optimizer):
         if not state:
             state["step"] = 0
             state["exp_avg"] = xp.zeros_like(d)
-            state["exp_avg_sq"] = xp.zeros_like(d, dtype=d.real.dtype if d.dtype.kind == "c" else d.dtype)
+            state["exp_avg_sq"] = xp.zeros_like(
+                d, dtype=d.real.dtype if d.dtype.kind == "c" else d.dtype
+            )
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = xp.zeros_like(state["exp_avg_sq"])
         b1, b2 = group["betas"]
@@ -55,7 +74,7 @@ class Adam(Optimizer):
         if group["amsgrad"]:
             xp.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
             v = state["max_exp_avg_sq"]
-        bc1 = 1 - b1 ** t
-        bc2 = 1 - b2 ** t
+        bc1 = 1 - b1**t
+        bc2 = 1 - b2**t
         denom = xp.sqrt(v) / math.sqrt(bc2) + group["eps"]
         d -= ((group["lr"] / bc1) * m / denom).astype(d.dtype, copy=False)

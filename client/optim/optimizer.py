@@ -88,15 +88,28 @@ class Optimizer:
     def state_dict(self) -> dict[str, Any]:
         index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
         return {
-            "state": {index[id(p)]: {k: (v.copy() if hasattr(v, "copy") else v) for k, v in s.items()} for p, s in self.state.items()},
-            "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]} for g in self.param_groups],
+            "state": {
+                index[id(p)]: {k: (v.copy() if hasattr(v, "copy") else v) for k, v in s.items()}
+                for p, s in self.state.items()
+            },
+            "param_groups": [
+                {
+                    **{k: v for k, v in g.items() if k != "params"},
+                    "params": [index[id(p)] for p in g["params"]],
+                }
+                for g in self.param_groups
+            ],
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         params = [p for g in self.param_groups for p in g["params"]]
         groups = state_dict["param_groups"]
-        if len(groups) != len(self.param_groups) or any(len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
-            raise ValueError("loaded state dict has a different number of parameter groups or parameters")
+        if len(groups) != len(self.param_groups) or any(
+            len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)
+        ):
+            raise ValueError(
+                "loaded state dict has a different number of parameter groups or parameters"
+            )
         for g, saved in zip(self.param_groups, groups):
             g.update({k: v for k, v in saved.items() if k != "params"})
         self.state = {params[int(i)]: dict(s) for i, s in state_dict["state"].items()}

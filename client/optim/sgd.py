@@ -17,8 +17,16 @@ class SGD(Optimizer):
         >>> opt = gradwire.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     """
 
-    def __init__(self, params: Iterable[Any], lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
-                 weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False) -> None:
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-3,
+        momentum: float = 0.0,
+        dampening: float = 0.0,
+        weight_decay: float = 0.0,
+        nesterov: bool = False,
+        maximize: bool = False,
+    ) -> None:
         if lr < 0.0:
             raise ValueError(f"Invalid learning rate: {lr}")
         if momentum < 0.0:
@@ -27,8 +35,17 @@ class SGD(Optimizer):
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
-        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening,
-                                      weight_decay=weight_decay, nesterov=nesterov, maximize=maximize))
+        super().__init__(
+            params,
+            dict(
+                lr=lr,
+                momentum=momentum,
+                dampening=dampening,
+                weight_decay=weight_decay,
+                nesterov=nesterov,
+                maximize=maximize,
+            ),
+        )
 
     def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         d = p._data
