@@ -170,8 +170,13 @@ class ProcessContext:
     def _describe(self, index: int) -> ProcessException:
         proc = self.processes[index]
         conn = self.error_conns[index]
-        if conn.poll():
-            tb = conn.recv()
+        tb = None
+        if conn.poll():  # readable: a traceback, or end-of-file when the child sent none
+            try:
+                tb = conn.recv()
+            except EOFError:
+                pass
+        if tb is not None:
             msg = f"\n\n-- Process {index} terminated with the following error:\n{tb}"
             return ProcessRaisedException(msg, index, proc.pid)
         code = proc.exitcode

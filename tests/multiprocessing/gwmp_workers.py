@@ -8,9 +8,8 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 import gradwire.multiprocessing as gmp
+import numpy as np
 from gradwire._tensor import Tensor
 
 
@@ -48,7 +47,9 @@ def sleep_for(i: int, seconds: float) -> None:
 
 def orphan_parent(start_method: str) -> None:
     """Start two sleeping children, print their pids, then wait to be killed."""
-    ctx = gmp.start_processes(sleep_for, args=(300,), nprocs=2, join=False, start_method=start_method)
+    ctx = gmp.start_processes(
+        sleep_for, args=(300,), nprocs=2, join=False, start_method=start_method
+    )
     assert ctx is not None
     print("PIDS", *ctx.pids(), flush=True)
     ctx.join()
