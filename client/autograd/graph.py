@@ -227,23 +227,27 @@ class Node:
     ``create_graph=True`` records a graph of the backward pass).
     """
 
-    __slots__ = (
-        "next_functions", "needs_input_grad", "_saved", "_lock", "_pre_hooks", "_post_hooks",
-        "_retain_grad_hooks", "_recording", "_num_outputs", "_output_meta", "__weakref__",
-        "__dict__",
-    )
+    # Defaults live on the class so that creating a node (once per op) allocates nothing else;
+    # instances override them only when they record.
+    _saved: dict[str, Any] | None = None
+    _recording = False
+    _released = False
+    next_functions: tuple[tuple[Node | None, int], ...] = ()
+    needs_input_grad: tuple[bool, ...] = ()
+    _pre_hooks: dict[int, list[Callable[..., Any]]] | None = None
+    _post_hooks: list[Callable[..., Any]] | None = None
+    _retain_grad_hooks: dict[int, Callable[..., Any]] | None = None
+    _num_outputs = 1
+    _output_meta: list[tuple[Any, Any, Any]] | tuple[()] = ()  # (shape, dtype, device) per output
 
-    def __init__(self) -> None:
-        self._saved: dict[str, Any] | None = None
-        self._recording = False
-        self.next_functions: tuple[tuple[Node | None, int], ...] = ()
-        self.needs_input_grad: tuple[bool, ...] = ()
-        self._pre_hooks: dict[int, list[Callable[..., Any]]] | None = None
-        self._post_hooks: list[Callable[..., Any]] | None = None
-        self._retain_grad_hooks: dict[int, Callable[..., Any]] | None = None
-        self._num_outputs = 1
-        self._output_meta: list[tuple[Any, Any, Any]] = []  # (shape, dtype, device) per output
-        self._lock = threading.Lock()
+    @property
+    def _lock(self) -> Any:
+        """The lock serializing this node's backward, made on first use (dict.setdefault is
+        atomic, so racing threads agree on one lock)."""
+        lock = self.__dict__.get("_lock_obj")
+        if lock is None:
+            lock = self.__dict__.setdefault("_lock_obj", threading.Lock())
+        return lock
 
     # -- naming and introspection -------------------------------------------------------------
     def name(self) -> str:
@@ -295,6 +299,7 @@ class Node:
         """Free saved values (after a backward pass without retain_graph)."""
         if self._saved is None:
             return
+        self._released = True
         for k, v in self._saved.items():
             if isinstance(v, SavedTensor):
                 v.release()
@@ -302,10 +307,8 @@ class Node:
                 self._saved[k] = _RELEASED
 
     def _check_not_released(self) -> None:
-        if self._saved is not None:
-            for v in self._saved.values():
-                if (isinstance(v, SavedTensor) and v._released) or isinstance(v, _Released):
-                    raise RuntimeError(_FREED_MSG)
+        if self._released:
+            raise RuntimeError(_FREED_MSG)
 
     # -- hooks --------------------------------------------------------------------------------
     def register_hook(self, fn: Callable[..., Any]) -> _RemovableHandle:
