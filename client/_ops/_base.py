@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 
 from .._backend import array_module
+from .._tensor import Tensor, _check_inference_use
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
 
-__all__ = ["Op", "record", "edge_of", "reduce_grad", "as_tensor_like"]
+__all__ = ["Op", "record", "edge_of", "reduce_grad", "as_tensor_like", "result_dtype", "promoted"]
 
 
 def edge_of(t: Any) -> tuple[Node | None, int]:
@@ -42,8 +43,6 @@ class Op(Node):
 
 
 def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from .._tensor import Tensor, _check_inference_use
-
     node = cls()
     tensors = [t for t in inputs if isinstance(t, Tensor)]
     requires = (
@@ -73,8 +72,6 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
 
 
 def _wrap_output(arr: Any, nr: int, node: Node, requires: bool, inference: bool, inputs: tuple[Any, ...]) -> Any:
-    from .._tensor import Tensor
-
     t = Tensor._wrap(arr)
     t._inference = inference
     if requires:
@@ -82,7 +79,8 @@ def _wrap_output(arr: Any, nr: int, node: Node, requires: bool, inference: bool,
         t._output_nr = nr
     if type(node).is_view:
         src = inputs[0]
-        if arr is src._data or np.may_share_memory(arr, src._data) if array_module(arr) is np else True:
+        shares = arr is src._data or array_module(arr) is not np or np.may_share_memory(arr, src._data)
+        if shares:
             t._base = src._base if src._base is not None else src
             t._version = src._version
     return t
@@ -117,7 +115,6 @@ def reduce_grad(grad: Any, like_shape: tuple[int, ...], like_dtype: Any) -> Any:
 def as_tensor_like(value: Any, like: Any) -> Any:
     """Turn a Python scalar or array-like into a Tensor that does not upcast ``like``."""
     from .._dtypes import get_default_dtype
-    from .._tensor import Tensor
 
     if isinstance(value, Tensor):
         return value
@@ -138,3 +135,40 @@ def as_tensor_like(value: Any, like: Any) -> Any:
         return Tensor._wrap(arr)
     arr = xp.asarray(value, dtype=dt)
     return Tensor._wrap(arr)
+
+
+_CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def _promote_group(dtypes: list[Any]) -> Any:
+    # PyTorch keeps the float width when mixing ints and floats (int64 + float32 -> float32),
+    # where NumPy would widen to float64: only dtypes of the top category (floats, for complex)
+    # take part in the width decision.
+    top = max(_CATEGORY[d.kind] for d in dtypes)
+    floor = 2 if top >= 2 else top
+    return np.result_type(*[d for d in dtypes if _CATEGORY[d.kind] >= floor])
+
+
+def result_dtype(*tensors: Any) -> Any:
+    """The dtype PyTorch's type promotion gives an op of ``tensors``: dimensioned tensors
+    decide, unless a 0-d tensor (a wrapped Python scalar, say) is of a higher category."""
+    dims = [t._data.dtype for t in tensors if t._data.ndim]
+    zeros = [t._data.dtype for t in tensors if not t._data.ndim]
+    if not dims:
+        return _promote_group(zeros)
+    if not zeros:
+        return dims[0] if len(dims) == 1 else _promote_group(dims)
+    top_zero = max(_CATEGORY[d.kind] for d in zeros)
+    if top_zero > max(_CATEGORY[d.kind] for d in dims):
+        return _promote_group(dims + [d for d in zeros if _CATEGORY[d.kind] == top_zero])
+    return _promote_group(dims)
+
+
+def promoted(*tensors: Any) -> list[Any]:
+    """The arrays of ``tensors`` cast to their common ``result_dtype`` (no copy when equal)."""
+    arrs = [t._data for t in tensors]
+    first = arrs[0].dtype
+    if all(a.dtype == first for a in arrs):
+        return arrs
+    dt = result_dtype(*tensors)
+    return [a if a.dtype == dt else a.astype(dt) for a in arrs]

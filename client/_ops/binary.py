@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._backend import array_module
-from ._base import Op, reduce_grad
+from ._base import Op, promoted, reduce_grad
 
 __all__ = ["Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "Where", "MatMul", "Compare"]
 
@@ -31,7 +31,8 @@ class Add(_Binary):
     def forward(self, a: Any, b: Any, alpha: Any = 1) -> Any:
         self._shapes(a, b)
         self.save("alpha", alpha)
-        return a._data + b._data if alpha == 1 else a._data + alpha * b._data
+        x, y = promoted(a, b)
+        return x + y if alpha == 1 else x + alpha * y
 
     def backward(self, g: Any) -> Any:
         alpha = self.saved("alpha")
@@ -42,7 +43,8 @@ class Sub(_Binary):
     def forward(self, a: Any, b: Any, alpha: Any = 1) -> Any:
         self._shapes(a, b)
         self.save("alpha", alpha)
-        return a._data - b._data if alpha == 1 else a._data - alpha * b._data
+        x, y = promoted(a, b)
+        return x - y if alpha == 1 else x - alpha * y
 
     def backward(self, g: Any) -> Any:
         alpha = self.saved("alpha")
@@ -54,7 +56,8 @@ class Mul(_Binary):
         self._shapes(a, b)
         self.save("self", a if self.needs_input_grad[1:2] == (True,) else None)
         self.save("other", b if self.needs_input_grad[:1] == (True,) else None)
-        return a._data * b._data
+        x, y = promoted(a, b)
+        return x * y
 
     def backward(self, g: Any) -> Any:
         a, b = self.saved("self"), self.saved("other")
@@ -66,7 +69,8 @@ class Div(_Binary):
         self._shapes(a, b)
         self.save("self", a if self.needs_input_grad[1:2] == (True,) else None)
         self.save("other", b)
-        return a._data / b._data
+        x, y = promoted(a, b)
+        return x / y
 
     def backward(self, g: Any) -> Any:
         a, b = self.saved("self"), self.saved("other")
@@ -82,7 +86,8 @@ class Pow(_Binary):
         self._shapes(a, b)
         self.save("self", a)
         self.save("exponent", b)
-        return a._data ** b._data
+        x, y = promoted(a, b)
+        return x**y
 
     def backward(self, g: Any) -> Any:
         a, b = self.saved("self"), self.saved("exponent")
@@ -96,13 +101,16 @@ class Pow(_Binary):
             gb = g * (y * safe.log()).conj()
         return self._reduce(ga, gb)
 
+    def name(self) -> str:
+        return "PowBackward1"
+
 
 class Maximum(_Binary):
     def forward(self, a: Any, b: Any) -> Any:
         self._shapes(a, b)
         self.save("self", a)
         self.save("other", b)
-        return array_module(a._data).maximum(a._data, b._data)
+        return array_module(a._data).maximum(*promoted(a, b))
 
     def backward(self, g: Any) -> Any:
         a, b = self.saved("self"), self.saved("other")
@@ -116,7 +124,7 @@ class Minimum(_Binary):
         self._shapes(a, b)
         self.save("self", a)
         self.save("other", b)
-        return array_module(a._data).minimum(a._data, b._data)
+        return array_module(a._data).minimum(*promoted(a, b))
 
     def backward(self, g: Any) -> Any:
         a, b = self.saved("self"), self.saved("other")
@@ -131,7 +139,7 @@ class Where(Op):
         self.save("condition", cond)
         self.save("self_meta", (a._data.shape, a._data.dtype))
         self.save("other_meta", (b._data.shape, b._data.dtype))
-        return array_module(a._data).where(cond._data, a._data, b._data)
+        return array_module(a._data).where(cond._data, *promoted(a, b))
 
     def backward(self, g: Any) -> Any:
         c = self.saved("condition")
@@ -165,10 +173,11 @@ class MatMul(Op):
         (sa, da), (sb, db) = self.saved("self_meta"), self.saved("other_meta")
         a1, b1 = len(sa) == 1, len(sb) == 1
         g2 = g
-        if a1:
-            g2 = g2.unsqueeze(-2)
+        # Restore the dims matmul dropped; b's first so that 1-D @ 1-D (a 0-d g) works.
         if b1:
             g2 = g2.unsqueeze(-1)
+        if a1:
+            g2 = g2.unsqueeze(-2)
         ga = gb = None
         if self.needs_input_grad[0]:
             b2 = b.unsqueeze(-1) if b1 else b
@@ -200,4 +209,4 @@ class Compare(Op):
             "gt": "greater", "ge": "greater_equal"}
 
     def forward(self, a: Any, b: Any, op: str = "eq") -> Any:
-        return getattr(array_module(a._data), self._FNS[op])(a._data, b._data)
+        return getattr(array_module(a._data), self._FNS[op])(*promoted(a, b))
