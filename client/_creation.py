@@ -128,7 +128,9 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     return tensor(data, dtype=dtype, device=device)
 
 
-def _factory(shape: Sequence[Any], dtype: Any, device: Any, requires_grad: bool, make: Any) -> Tensor:
+def _factory(
+    shape: Sequence[Any], dtype: Any, device: Any, requires_grad: bool, make: Any, random: str = ""
+) -> Tensor:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = shape[0]
     shp = tuple(int(s) for s in shape)
@@ -136,6 +138,8 @@ def _factory(shape: Sequence[Any], dtype: Any, device: Any, requires_grad: bool,
         raise RuntimeError(f"Trying to create tensor with negative dimension: {list(shp)}")
     dev = Device(device) if device is not None else CPU
     np_dt = to_numpy_dtype(dtype) if dtype is not None else get_default_dtype().np
+    if random and np.dtype(np_dt).kind not in "fc":
+        raise RuntimeError(f"{random}(): expected a floating point or complex dtype, got {np.dtype(np_dt)}")
     arr = make(module_for(dev), shp, np_dt, dev)
     t = Tensor._wrap(arr)
     t._inference = _state.inference
@@ -172,7 +176,7 @@ def full(size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = 
 
 def rand(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Uniform samples in [0, 1)."""
-    return _factory(size, dtype, device, requires_grad, lambda xp, s, d, dev: _on(dev, _rng.random(s).astype(d)))
+    return _factory(size, dtype, device, requires_grad, lambda xp, s, d, dev: _on(dev, _rng.random(s).astype(d)), "rand")
 
 
 def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -183,7 +187,7 @@ def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
             return _on(dev, ((_rng.standard_normal(s) + 1j * _rng.standard_normal(s)) / np.sqrt(2)).astype(d))
         return _on(dev, _rng.standard_normal(s).astype(d))
 
-    return _factory(size, dtype, device, requires_grad, make)
+    return _factory(size, dtype, device, requires_grad, make, "randn")
 
 
 def randint(low: int, high: int | None = None, size: Sequence[int] = (), dtype: Any = None, device: Any = None) -> Tensor:

@@ -188,6 +188,8 @@ def div(self: Tensor, other: Any) -> Tensor:
 def pow(self: Tensor, exponent: Any) -> Tensor:
     if isinstance(exponent, Tensor):
         return B.Pow.apply(self, exponent)
+    if isinstance(exponent, (float, complex)) and self._data.dtype.kind in "biu":
+        return U.PowScalar.apply(_as_floating(self), exponent)
     return U.PowScalar.apply(self, exponent)
 
 
@@ -229,7 +231,7 @@ def where(cond: Tensor, a: Any, b: Any) -> Tensor:
     """``cond.where(a, b)``: elements of ``a`` where cond is true, else of ``b``."""
     like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
     if like is None:
-        like = Tensor._wrap(np.asarray(a))
+        like = Tensor(a)  # Python numbers: PyTorch's inference (floats -> default dtype)
     return B.Where.apply(_t(a, like), _t(b, like), cond=cond if isinstance(cond, Tensor) else Tensor._wrap(np.asarray(cond)))
 
 
@@ -510,12 +512,30 @@ def _unary(cls: Any) -> Callable[[Tensor], Tensor]:
     return fn
 
 
+def _as_floating(t: Tensor) -> Tensor:
+    """Integer and bool tensors go to the default float dtype, as PyTorch's float ops do."""
+    if t._data.dtype.kind in "fc":
+        return t
+    from ._dtypes import get_default_dtype
+
+    return t.to(dtype=get_default_dtype())
+
+
+def _float_unary(cls: Any) -> Callable[[Tensor], Tensor]:
+    def fn(self: Tensor) -> Tensor:
+        return cls.apply(_as_floating(self))
+
+    fn.__name__ = cls.__name__.lower()
+    return fn
+
+
 _METHODS: dict[str, Any] = {
     "add": add, "sub": sub, "subtract": sub, "mul": mul, "multiply": mul, "div": div,
     "divide": div, "true_divide": div, "pow": pow, "matmul": matmul, "mm": matmul,
-    "neg": _unary(U.Neg), "negative": _unary(U.Neg), "exp": _unary(U.Exp), "log": _unary(U.Log),
-    "sqrt": _unary(U.Sqrt), "abs": _unary(U.Abs), "sin": _unary(U.Sin), "cos": _unary(U.Cos),
-    "tanh": _unary(U.Tanh), "sigmoid": _unary(U.Sigmoid), "relu": _unary(U.Relu),
+    "neg": _unary(U.Neg), "negative": _unary(U.Neg), "exp": _float_unary(U.Exp),
+    "log": _float_unary(U.Log), "sqrt": _float_unary(U.Sqrt), "abs": _unary(U.Abs),
+    "sin": _float_unary(U.Sin), "cos": _float_unary(U.Cos), "tanh": _float_unary(U.Tanh),
+    "sigmoid": _float_unary(U.Sigmoid), "relu": _unary(U.Relu),
     "sgn": sgn, "sign": sgn, "clamp": clamp, "clip": clamp, "softmax": softmax,
     "log_softmax": log_softmax, "square": square, "maximum": maximum, "minimum": minimum,
     "where": where, "masked_fill": masked_fill,

@@ -142,7 +142,9 @@ class PowScalar(Op):
     def forward(self, x: Any, exponent: Any) -> Any:
         self.save("self", x)
         self.save("exponent", exponent)
-        return (x._data ** exponent).astype(x._data.dtype, copy=False) if x._data.dtype.kind in "fc" else x._data ** exponent
+        out = x._data**exponent
+        # A Python-number exponent must not widen the tensor's dtype (float32 stays float32).
+        return out.astype(x._data.dtype, copy=False) if out.dtype.kind == x._data.dtype.kind else out
 
     def backward(self, g: Any) -> Any:
         x, e = self.saved("self"), self.saved("exponent")
