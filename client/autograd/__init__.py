@@ -55,6 +55,8 @@ def _root_edges(tensors: list[Tensor], grads: list[Any], what: str) -> list[Any]
         if g is None:
             if t.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            if t._data.dtype.kind == "c":
+                raise RuntimeError("grad can be implicitly created only for real scalar outputs")
             g = Tensor._wrap(_ones_like(t._data))
         elif not isinstance(g, Tensor):
             raise TypeError(f"gradient for element {i} must be a Tensor or None, got {type(g).__name__}")

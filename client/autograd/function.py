@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from .grad_mode import _state, no_grad
@@ -66,11 +67,10 @@ class BackwardCFunction(FunctionCtx, Node):
         if saved is None:
             return ()
         items = saved.get("__tensors__", ())
-        for s in items:
-            if isinstance(s, SavedTensor) and s._released:
-                from .graph import _FREED_MSG
+        if not isinstance(items, list) or any(s._released for s in items):
+            from .graph import _FREED_MSG
 
-                raise RuntimeError(_FREED_MSG)
+            raise RuntimeError(_FREED_MSG)
         return tuple(s.unpack(self) for s in items)
 
     def backward(self, *grads: Any) -> Any:
@@ -178,10 +178,44 @@ class Function(metaclass=_FunctionMeta):
 
 
 def once_differentiable(fn: Any) -> Any:
-    """Mark a backward as not differentiable again (runs it without recording)."""
+    """Mark a backward as not differentiable again: it runs without recording, and when its
+    gradient inputs require grad (create_graph), differentiating its results raises.
 
+    Example:
+        >>> @staticmethod
+        ... @gradwire.autograd.once_differentiable
+        ... def backward(ctx, g): ...
+    """
+
+    @functools.wraps(fn)
     def wrapper(ctx: Any, *args: Any) -> Any:
+        from .._tensor import Tensor
+
         with no_grad():
-            return fn(ctx, *args)
+            out = fn(ctx, *args)
+        if not _state.grad_enabled or not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return out
+        if isinstance(out, tuple):
+            return tuple(_delayed_error(o) if isinstance(o, Tensor) else o for o in out)
+        return _delayed_error(out) if isinstance(out, Tensor) else out
 
     return wrapper
+
+
+class DelayedError(Node):
+    """The grad_fn of a ``once_differentiable`` result: differentiating through it raises."""
+
+    def backward(self, *grads: Any) -> Any:
+        raise RuntimeError(
+            "trying to differentiate twice a function that was marked with @once_differentiable"
+        )
+
+
+def _delayed_error(t: Any) -> Any:
+    from .._tensor import Tensor
+
+    # Recorded even though its input (computed under no_grad) does not require grad: that is
+    # the point, a later backward must reach this node and fail loudly rather than yield zeros.
+    out = Tensor._wrap(t._data)
+    out._grad_fn = DelayedError()
+    return out

@@ -62,7 +62,21 @@ class _Mode:
         return ()
 
 
-class no_grad(_Mode):
+class _NoParamMode(_Mode):
+    """A mode that is also a decorator without parentheses (``@gradwire.no_grad``)."""
+
+    def __new__(cls, orig_func: Any = None) -> Any:
+        if orig_func is None:
+            return super().__new__(cls)
+        if not callable(orig_func):
+            raise TypeError(f"{cls.__name__}() takes no arguments, got {orig_func!r}")
+        return cls()(orig_func)
+
+    def __init__(self, orig_func: Any = None) -> None:
+        pass
+
+
+class no_grad(_NoParamMode):
     """Do not record ops: results have ``requires_grad=False``.
 
     Example:
@@ -74,7 +88,7 @@ class no_grad(_Mode):
         _state.grad_enabled = False
 
 
-class enable_grad(_Mode):
+class enable_grad(_NoParamMode):
     """Record ops again inside a ``no_grad`` block (no effect in inference mode)."""
 
     def _enter(self) -> None:
@@ -112,6 +126,11 @@ class inference_mode(_Mode):
     Args:
         mode: False makes this a no-op, as in PyTorch.
     """
+
+    def __new__(cls, mode: Any = True) -> Any:
+        if callable(mode):  # used bare, as ``@inference_mode``
+            return cls()(mode)
+        return super().__new__(cls)
 
     def __init__(self, mode: bool = True) -> None:
         self.mode = mode
