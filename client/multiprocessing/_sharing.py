@@ -20,6 +20,23 @@ def _bounds(arr: np.ndarray) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
+def _follow_base(view: Any, seg: _segment.Segment) -> None:
+    """Re-point a view taken before its base moved into ``seg`` at the same bytes inside it."""
+    arr = view._data
+    lo, hi = _bounds(arr)
+    origin = getattr(seg, "origin", None)
+    if origin is not None and origin[0] <= lo and hi <= origin[1]:
+        view._data = seg.ndarray(arr.dtype, arr.shape, arr.strides, arr.ctypes.data - origin[0])
+        view._shared = seg
+        return
+    log.warning(
+        "a view's base is in shared memory but the view does not lie inside it; the view gets "
+        "its own segment and no longer aliases its base"
+    )
+    view._base = None
+    share_memory_(view)
+
+
 def is_shared(tensor: Any) -> bool:
     """True when the tensor's memory lives in a shared segment (CUDA tensors: always True).
 
@@ -46,7 +63,10 @@ def share_memory_(tensor: Any) -> Any:
     """Move a CPU tensor's memory (and its base's, for a view) into shared memory, in place.
 
     The data is copied once into a new segment of the current sharing strategy and the tensor
-    (and its base) then point into it; later sends of the tensor reuse that segment. A no-op for
+    (and its base) then point into it; later sends of the tensor reuse that segment. A view of
+    an already shared base is re-pointed into the base's segment when it is shared or sent
+    (NumPy cannot redirect it earlier: writes made through such a view between the base's move
+    and its own are not carried over, so share the base before taking views). A no-op for
     tensors already shared and for CUDA tensors.
 
     Args:
@@ -66,21 +86,18 @@ def share_memory_(tensor: Any) -> Any:
     if not isinstance(tensor._data, np.ndarray) or is_shared(tensor):
         return tensor
     base = tensor._base if tensor._base is not None else tensor
+    base_seg = _segment.segment_of(base._data) if base is not tensor else None
+    if base_seg is not None:
+        _follow_base(tensor, base_seg)
+        return tensor
     group = [base] if base is tensor else [base, tensor]
-    if base is not tensor and _segment.segment_of(base._data) is not None:
-        # The base was shared after this view was taken: the view's old memory is unrelated now.
-        log.warning(
-            "sharing a view whose base was moved to shared memory after the view was made; the "
-            "view gets its own segment and no longer aliases its base (call share_memory_() on "
-            "the base before taking views)"
-        )
-        group = [tensor]
     arrays = [t._data for t in group]
     bounds = [_bounds(a) for a in arrays]
     lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
     seg = _segment.create(hi - lo)
     if hi > lo:
         ctypes.memmove(seg.address, lo, hi - lo)
+    seg.origin = (lo, hi)  # type: ignore[attr-defined]
     for t, arr in zip(group, arrays):
         t._data = seg.ndarray(arr.dtype, arr.shape, arr.strides, arr.ctypes.data - lo)
         t._shared = seg
