@@ -34,12 +34,21 @@ class Tensor:
     ``backward()`` can compute gradients.
     """
 
-    __slots__ = (
-        "_data", "_requires_grad", "_grad_fn", "_output_nr", "_grad", "_version", "_base",
-        "_inference", "_hooks", "_retains_grad", "_grad_acc", "_shared", "_name", "__weakref__",
-        "__dict__",
-    )
+    __slots__ = ("_data", "_version", "__weakref__", "__dict__")
     __array_priority__ = 1000  # make ndarray <op> Tensor defer to Tensor
+
+    # Autograd metadata defaults live on the class: a new tensor (one per op) sets only its
+    # data and version counter; the rest is written to the instance when it changes.
+    _requires_grad = False
+    _grad_fn: Node | None = None
+    _output_nr = 0
+    _grad: Tensor | None = None
+    _base: Tensor | None = None
+    _inference = False
+    _hooks: list[Callable[..., Any]] | None = None
+    _retains_grad = False
+    _grad_acc: weakref.ref[AccumulateGrad] | None = None
+    _shared: Any = None
 
     def __init__(self, data: Any = None, *, requires_grad: bool = False, dtype: Any = None, device: Any = None) -> None:
         from ._creation import _array_from
@@ -51,17 +60,7 @@ class Tensor:
 
     def _init(self, arr: Any) -> None:
         self._data = arr
-        self._requires_grad = False
-        self._grad_fn: Node | None = None
-        self._output_nr = 0
-        self._grad: Tensor | None = None
         self._version = _VersionCounter()
-        self._base: Tensor | None = None
-        self._inference = False
-        self._hooks: list[Callable[..., Any]] | None = None
-        self._retains_grad = False
-        self._grad_acc: weakref.ref[AccumulateGrad] | None = None
-        self._shared: Any = None
 
     @classmethod
     def _wrap(cls, arr: Any, requires_grad: bool = False) -> Tensor:
@@ -70,8 +69,10 @@ class Tensor:
             # NumPy ops on 0-d arrays return scalars; a tensor always holds an ndarray.
             arr = np.asarray(arr)
         t = object.__new__(cls)  # bypass subclass __new__ (Parameter's wraps a Tensor)
-        t._init(arr)
-        t._requires_grad = requires_grad
+        t._data = arr
+        t._version = _VersionCounter()
+        if requires_grad:
+            t._requires_grad = True
         return t
 
     # ---------------------------------------------------------------- metadata
