@@ -241,8 +241,12 @@ def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
 
 # ------------------------------------------------------------------ unary math
 def sgn(self: Tensor) -> Tensor:
-    """x/|x| (0 at 0) for complex; sign(x) for real. Not differentiable (gradient 0)."""
+    """x/|x| (0 at 0) for complex (differentiable); sign(x) for real (gradient 0)."""
     d = self._data
+    if d.dtype.kind == "c" and self.requires_grad and _state.grad_enabled:
+        # Built from ops so that abs's backward (g * sgn(z)) has a second derivative.
+        a = self.abs()
+        return self / a.masked_fill(a == 0, 1)
     xp = array_module(d)
     if d.dtype.kind == "c":
         a = xp.abs(d)
