@@ -101,7 +101,9 @@ class Future(Generic[T]):
             return self._value  # type: ignore[no-any-return]
         if state == _ERROR:
             raise self._value
-        raise InvalidFutureStateError("Future.value() called before the future completed; use wait()")
+        raise InvalidFutureStateError(
+            "Future.value() called before the future completed; use wait()"
+        )
 
     def exception(self) -> BaseException | None:
         """Return the exception of a completed future, or None if it holds a result."""

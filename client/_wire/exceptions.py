@@ -59,7 +59,11 @@ def encode_exception(exc: BaseException, worker: str) -> pb.RemoteException:
         buf = io.BytesIO()
         state = exc.__reduce_ex__(PROTOCOL)
         if cls is not type(exc):  # rebuilt remote error: send as its original type
-            state = (cls, exc.args, {k: v for k, v in vars(exc).items() if not k.startswith("remote_")})
+            state = (
+                cls,
+                exc.args,
+                {k: v for k, v in vars(exc).items() if not k.startswith("remote_")},
+            )
         _NoSideTables(buf, protocol=PROTOCOL).dump(state[:3] if isinstance(state, tuple) else state)
         if buf.tell() <= MAX_PICKLED_ARGS:
             pickled = buf.getvalue()
@@ -75,7 +79,9 @@ def encode_exception(exc: BaseException, worker: str) -> pb.RemoteException:
     )
 
 
-def decode_exception(err: pb.RemoteException, policy: CallablePolicy, worker: str = "") -> BaseException:
+def decode_exception(
+    err: pb.RemoteException, policy: CallablePolicy, worker: str = ""
+) -> BaseException:
     """Rebuild the exception described by ``err`` on the caller.
 
     Args:

@@ -192,7 +192,9 @@ class Assembler:
         for meta, dt in sizes:
             arr = np.empty(tuple(meta.shape), dtype=dt)
             arrays.append(arr)
-            self._regions.append((meta.nbytes, memoryview(arr).cast("B") if arr.size else memoryview(b"")))
+            self._regions.append(
+                (meta.nbytes, memoryview(arr).cast("B") if arr.size else memoryview(b""))
+            )
         self._total = total
         self.message = Message(h, pickle_buf, arrays)
 

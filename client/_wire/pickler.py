@@ -212,4 +212,6 @@ def loads(data: Any, ctx: DecodeContext) -> Any:
         raise
     except Exception as exc:
         src = f" from worker {ctx.peer!r}" if ctx.peer else ""
-        raise SerializationError(f"cannot deserialize payload{src}: {type(exc).__name__}: {exc}") from exc
+        raise SerializationError(
+            f"cannot deserialize payload{src}: {type(exc).__name__}: {exc}"
+        ) from exc

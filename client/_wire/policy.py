@@ -33,6 +33,7 @@ DEFAULT_ALLOW: tuple[str, ...] = (
     "numpy",
     "numpy.*",
     "operator",
+    "_operator",
     "math",
     "collections",
     "copyreg:_reconstructor",
@@ -59,8 +60,8 @@ DEFAULT_DENY: tuple[str, ...] = (
     "numpy*:*.dump",
     "numpy.lib.*format*",
     "numpy.lib.*npyio*",
-    "operator:attrgetter",
-    "operator:methodcaller",
+    "*operator:attrgetter",
+    "*operator:methodcaller",
     "gradwire.server*",
     "gradwire._runtime*",
 )
@@ -71,7 +72,9 @@ SAFE_BUILTINS: frozenset[str] = frozenset(
     float format frozenset hash hex id int isinstance issubclass iter len list map max min next
     object oct ord pow print range repr reversed round set slice sorted str sum tuple zip
     NotImplemented Ellipsis""".split()
-) | frozenset(n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException))
+) | frozenset(
+    n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)
+)
 
 _SYSTEM_DIRS = tuple(
     os.path.realpath(p)
@@ -153,7 +156,9 @@ class CallablePolicy:
             return False
         if module == "builtins":
             return parts[0] in SAFE_BUILTINS
-        if any(fnmatch.fnmatchcase(module, p) or fnmatch.fnmatchcase(full, p) for p in self._allow_all):
+        if any(
+            fnmatch.fnmatchcase(module, p) or fnmatch.fnmatchcase(full, p) for p in self._allow_all
+        ):
             return True
         return self.allow_user_modules and _is_user_module(module)
 

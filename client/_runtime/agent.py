@@ -1,0 +1,401 @@
+"""The agent: one per worker process while RPC is up. Owns identity, peers, state and counters.
+
+Outgoing calls live in :mod:`caller`, incoming ones in :mod:`callee`; the gRPC server (layer L4,
+``gradwire.server``) calls the agent's handlers. ``gradwire.distributed.rpc.init_rpc`` builds an
+Agent, starts a server for it and calls :meth:`Agent.join`.
+
+Extension points for the RRef protocol (issue 4) and dist autograd (issue 5):
+``register_control_handler`` (serve ForkRequest, ChildAck, RRefDelete, ReleaseContext,
+RemoteCall, FetchRRef, PropagateGradients), ``caller.send_control`` (typed control messages with
+retry), ``emit_control_event`` (the WatchControl stream), ``gradwire._wire.pickler
+.register_side_table`` (RRefs in payloads) and ``gradwire._runtime.hooks`` (autograd metadata).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from .._proto import worker_pb2 as pb
+from ..errors import (
+    RpcInitError,
+    RpcNotInitializedError,
+    RpcTimeoutError,
+    WorkerUnavailableError,
+)
+from . import loop as io
+from .callee import Callee
+from .caller import Caller
+from .options import NO_TIMEOUT, UNSET_RPC_TIMEOUT, GrpcRpcBackendOptions
+from .pool import ServingPool
+from .rendezvous import BarrierHost, RendezvousHost, is_loopback, plan
+from .transport import Transport, map_rpc_error
+from .workers import Peer, WorkerInfo, host_id, resolve_destination
+
+__all__ = ["Agent", "AgentState", "current", "current_or_none", "set_current"]
+
+log = logging.getLogger(__name__)
+
+
+class AgentState(enum.Enum):
+    """Lifecycle of an agent."""
+
+    #: Created; the server may run but the rendezvous has not started.
+    UNINITIALIZED = "UNINITIALIZED"
+    #: Serving and waiting for every rank at the rendezvous.
+    JOINING = "JOINING"
+    #: Joined: calls flow in both directions.
+    RUNNING = "RUNNING"
+    #: shutdown() started: still serving peers, draining, at the barrier.
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    #: Stopped; a new init_rpc may create another agent in this process.
+    SHUTDOWN = "SHUTDOWN"
+
+
+_current: Agent | None = None
+_current_lock = threading.Lock()
+
+
+def current(verb: str = "this function") -> Agent:
+    """The running agent.
+
+    Raises:
+        RpcNotInitializedError: no agent (before init_rpc or after shutdown); names the fix.
+    """
+    agent = _current
+    if agent is None or agent.state not in (AgentState.RUNNING, AgentState.SHUTTING_DOWN):
+        after = agent is not None or _was_shut_down
+        raise RpcNotInitializedError(
+            f"{verb} needs RPC: "
+            + (
+                "RPC was shut down in this process; call init_rpc() again first"
+                if after
+                else "call gradwire.distributed.rpc.init_rpc(name, rank, world_size) first"
+            )
+        )
+    return agent
+
+
+def current_or_none() -> Agent | None:
+    """The agent if there is one, whatever its state."""
+    return _current
+
+
+_was_shut_down = False
+
+
+def set_current(agent: Agent | None) -> None:
+    """Install (or clear) the process's agent."""
+    global _current, _was_shut_down
+    with _current_lock:
+        if agent is None and _current is not None:
+            _was_shut_down = True
+        _current = agent
+
+
+class Agent:
+    """State and services of one worker.
+
+    Args:
+        name: validated worker name.
+        rank: worker id in [0, world_size).
+        world_size: number of workers.
+        options: backend options.
+    """
+
+    def __init__(
+        self, name: str, rank: int, world_size: int, options: GrpcRpcBackendOptions
+    ) -> None:
+        self.name = name
+        self.rank = rank
+        self.world_size = world_size
+        self.options = options
+        self.policy = options.policy()
+        self.plan = plan(options.init_method, rank, world_size, options.listen_address)
+        self.state = AgentState.UNINITIALIZED
+        self.pool = ServingPool(options.num_worker_threads, name=f"gradwire-{name}")
+        self.transport = Transport(options, rank)
+        self.caller = Caller(self)
+        self.callee = Callee(self)
+        self.peers: list[Peer] = []
+        self.by_name: dict[str, Peer] = {}
+        self.session = ""
+        self.address = ""
+        #: Token expected from and sent to peers; None: no authentication.
+        self.token: str | None = options.token
+        #: True when rank 0 generated the token (Join is then open on loopback).
+        self.token_generated = False
+        self.rendezvous: RendezvousHost | None = None
+        self.barriers: BarrierHost | None = None
+        self.control_handlers: dict[str, Callable[..., Any]] = {}
+        self._listeners: list[Callable[[AgentState], None]] = []
+        self._watchers: list[asyncio.Queue[pb.ControlEvent]] = []
+        self._ready = asyncio.Event()
+        self._state_lock = threading.Lock()
+        self._barrier_gen = itertools.count()
+        self._stop_server: Callable[[float], None] | None = None
+        self._check_security()
+        if rank == 0 and self.token is None:
+            # Generated before the server starts, so the first Join already finds it.
+            self.token, self.token_generated = secrets.token_hex(16), True
+
+    # -- state ---------------------------------------------------------------------------------
+
+    def _check_security(self) -> None:
+        host = self.plan.listen.rpartition(":")[0]
+        secured = self.token or self.options.tls_require_client_auth
+        if not is_loopback(host) and not secured and not self.options.allow_insecure:
+            raise RpcInitError(
+                f"worker {self.name!r} would listen on {self.plan.listen} (not loopback) without "
+                "authentication: set GRADWIRE_TOKEN (or rpc_backend_options token=...), use "
+                "mutual TLS, or pass allow_insecure=True on a closed network"
+            )
+
+    def _set_state(self, state: AgentState) -> None:
+        with self._state_lock:
+            self.state = state
+        for listener in list(self._listeners):
+            try:
+                listener(state)
+            except Exception:
+                log.exception("agent state listener failed")
+
+    def add_state_listener(self, listener: Callable[[AgentState], None]) -> None:
+        """Call ``listener(state)`` on every state change (from any thread)."""
+        self._listeners.append(listener)
+
+    def attach_server(self, port: int, stop: Callable[[float], None]) -> None:
+        """Record the bound port of this worker's server and how to stop it."""
+        host = self.plan.listen.rpartition(":")[0].strip("[]")
+        if host in ("0.0.0.0", "::", ""):
+            from .rendezvous import _route_to
+
+            host = _route_to(self.plan.master.rpartition(":")[0])
+        self.address = self.options.advertise_address or f"{host}:{port}"
+        self._stop_server = stop
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """On the I/O loop: wait until the rendezvous completed (True) or ``timeout``."""
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def peer_name(self, worker_id: int) -> str:
+        """Name of worker ``worker_id`` (or ``"#id"`` if unknown)."""
+        if 0 <= worker_id < len(self.peers):
+            return self.peers[worker_id].name
+        return f"#{worker_id}"
+
+    def resolve(self, to: Any) -> Peer:
+        """Destination (name, WorkerInfo or rank) -> Peer; raises UnknownWorkerError."""
+        return resolve_destination(to, self.peers, self.by_name)
+
+    def timeout_of(self, timeout: float) -> float | None:
+        """A verb's timeout argument -> seconds or None (-1: the default, 0: none)."""
+        if timeout is None or timeout == UNSET_RPC_TIMEOUT:
+            timeout = self.options.rpc_timeout
+        if timeout < 0:
+            raise ValueError(f"timeout must be -1 (default), 0 (none) or positive, got {timeout}")
+        return None if timeout == NO_TIMEOUT else float(timeout)
+
+    @property
+    def info(self) -> WorkerInfo:
+        return WorkerInfo(self.name, self.rank)
+
+    # -- rendezvous ----------------------------------------------------------------------------
+
+    def join(self) -> None:
+        """Rendezvous with every rank; RUNNING on return.
+
+        Raises:
+            RpcInitError: the rendezvous failed or timed out (the message says why).
+        """
+        self._set_state(AgentState.JOINING)
+        me = pb.WorkerInfo(name=self.name, id=self.rank, address=self.address, host_id=host_id())
+        timeout = self.options.init_timeout
+        if self.rank == 0:
+            self.rendezvous = RendezvousHost(
+                self.world_size, uuid.uuid4().hex, self.token if self.token_generated else ""
+            )
+            self.rendezvous.add(me, self.world_size)
+            try:
+                reply = io.run_sync(self.rendezvous.wait(timeout), timeout + 5)
+            except TimeoutError as exc:
+                raise RpcInitError(f"rendezvous timed out after {timeout} s") from exc
+        else:
+            started = time.monotonic()
+            try:
+                reply = self.transport.control(
+                    self.plan.master,
+                    "Join",
+                    pb.JoinRequest(worker=me, world_size=self.world_size),
+                    pb.JoinReply,
+                    timeout,
+                    wait_for_ready=True,
+                )
+            except grpc.RpcError as exc:
+                err = map_rpc_error(exc, f"rank 0 at {self.plan.master}", "Join", started, timeout)
+                raise RpcInitError(f"rendezvous failed: {err}") from exc
+            if reply.token:
+                if self.options.token:
+                    raise RpcInitError(
+                        "this worker has a token (GRADWIRE_TOKEN) but rank 0 has none; configure "
+                        "the same token on every worker"
+                    )
+                self.token = reply.token
+        self.transport.set_token(self.token, self.rank)
+        self.session = reply.session
+        self.peers = [Peer(w.name, w.id, w.address, w.host_id) for w in reply.workers]
+        self.by_name = {p.name: p for p in self.peers}
+        if self.rank == 0:
+            self.barriers = BarrierHost({p.id: p.name for p in self.peers})
+        io.io_loop().call_soon_threadsafe(self._ready.set)
+        self._set_state(AgentState.RUNNING)
+        log.info("worker %s (rank %d) joined session %s", self.name, self.rank, self.session)
+
+    async def serve_join(self, request: pb.JoinRequest) -> pb.JoinReply:
+        """Rank 0's Join handler (on the I/O loop). Raises RpcInitError."""
+        if self.rendezvous is None:
+            raise RpcInitError(
+                f"worker {self.name!r} (rank {self.rank}) does not host the rendezvous"
+            )
+        self.rendezvous.add(request.worker, request.world_size)
+        return await self.rendezvous.wait(self.options.init_timeout)
+
+    # -- barrier and shutdown --------------------------------------------------------------------
+
+    def barrier(self, name: str, timeout: float) -> pb.BarrierReply:
+        """Wait until every worker reached barrier ``name`` (generation counted per agent)."""
+        request = pb.BarrierRequest(
+            name=name, worker_id=self.rank, generation=next(self._barrier_gen)
+        )
+        if self.rank == 0:
+            assert self.barriers is not None
+            return io.run_sync(
+                self.barriers.arrive(request.name, request.generation, self.rank, timeout),
+                timeout + 5,
+            )
+        started = time.monotonic()
+        try:
+            return self.transport.control(
+                self.peers[0].address, "Barrier", request, pb.BarrierReply, timeout + 5
+            )
+        except grpc.RpcError as exc:
+            raise map_rpc_error(
+                exc, self.peers[0].name, "shutdown barrier", started, timeout
+            ) from exc
+
+    def shutdown(self, graceful: bool, timeout: float) -> None:
+        """Stop this agent. Graceful: drain own calls, meet every peer at a barrier, then stop.
+
+        Raises:
+            RpcTimeoutError: graceful shutdown did not complete in ``timeout`` (the agent is
+                stopped anyway).
+            WorkerUnavailableError: rank 0 was unreachable for the barrier (stopped anyway).
+        """
+        with self._state_lock:
+            if self.state in (AgentState.SHUTTING_DOWN, AgentState.SHUTDOWN):
+                return
+        self._set_state(AgentState.SHUTTING_DOWN)
+        deadline = time.monotonic() + timeout
+        problem: Exception | None = None
+        if graceful:
+            try:
+                if not self.caller.wait_pending(deadline):
+                    raise RpcTimeoutError(
+                        f"shutdown of {self.name!r}: own calls still pending after {timeout} s",
+                        self.name,
+                        timeout,
+                    )
+                reply = self.barrier("shutdown", max(0.001, deadline - time.monotonic()))
+                if not reply.ok:
+                    raise RpcTimeoutError(
+                        f"shutdown barrier timed out after {timeout} s; workers that never "
+                        f"arrived: {', '.join(reply.missing)}",
+                        self.name,
+                        timeout,
+                    )
+                while self.callee.in_flight and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            except (RpcTimeoutError, WorkerUnavailableError) as exc:
+                problem = exc
+            except Exception as exc:  # stop anyway, report
+                problem = exc
+        self._stop(grace=max(0.0, min(2.0, deadline - time.monotonic())) if graceful else 0.0)
+        if problem is not None:
+            raise problem
+
+    def _stop(self, grace: float) -> None:
+        self.caller.fail_all(f"RPC agent of {self.name!r} shut down while the call was pending")
+        if self._stop_server is not None:
+            try:
+                self._stop_server(grace)
+            except Exception:
+                log.exception("stopping the server of %s failed", self.name)
+        self.transport.close()
+        self.pool.close()
+        self._set_state(AgentState.SHUTDOWN)
+
+    # -- extension points ------------------------------------------------------------------------
+
+    def register_control_handler(self, method: str, handler: Callable[..., Any]) -> None:
+        """Serve Worker method ``method`` with ``handler`` (runs on the serving pool).
+
+        Unary methods (ForkRequest, ChildAck, RRefDelete, ReleaseContext) call
+        ``handler(request, caller_id)``; framed ones (RemoteCall, PropagateGradients) call
+        ``handler(message, caller_id)`` with the assembled ``framing.Message``; FetchRRef calls
+        ``handler(request, caller_id)`` and expects a ``callee.Reply`` (first header, buffers).
+        The handler returns the response, or a gradwire Future of it (awaited without a thread).
+        """
+        self.control_handlers[method] = handler
+
+    def emit_control_event(self, event: pb.ControlEvent) -> None:
+        """Publish a control event to WatchControl subscribers (thread-safe)."""
+        loop = io.io_loop()
+        for q in list(self._watchers):
+            loop.call_soon_threadsafe(q.put_nowait, event)
+
+    def add_watcher(self, queue: asyncio.Queue[pb.ControlEvent]) -> None:
+        self._watchers.append(queue)
+
+    def remove_watcher(self, queue: asyncio.Queue[pb.ControlEvent]) -> None:
+        if queue in self._watchers:
+            self._watchers.remove(queue)
+
+    # -- inspection ----------------------------------------------------------------------------
+
+    def debug_info(self) -> dict[str, Any]:
+        """Counters, state and per-peer channel state of this worker."""
+        states = self.transport.channel_states()
+        return {
+            "worker": self.name,
+            "worker_id": self.rank,
+            "state": self.state.value,
+            "session": self.session,
+            "calls_served": self.callee.served,
+            "calls_in_flight": self.callee.in_flight,
+            "calls_failed": self.callee.failed,
+            "calls_pending": len(self.caller.pending),
+            "serving_threads": self.pool.num_threads,
+            "peers": [
+                {
+                    "name": p.name,
+                    "id": p.id,
+                    "address": p.address,
+                    "channel_state": states.get(p.address, "IDLE"),
+                }
+                for p in self.peers
+            ],
+        }

@@ -1,0 +1,196 @@
+"""The incoming half of the agent: run a decoded call on the serving pool, encode the reply.
+
+These are plain handlers; ``gradwire.server.servicer`` decodes frames, calls them and encodes
+what they return. The I/O loop only awaits: decoding the body, resolving the function through the
+policy, running it and pickling the result all happen on the serving pool, and an
+``@async_execution`` function's Future is awaited without holding any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from .._proto import worker_pb2 as pb
+from .._wire import calls
+from .._wire.exceptions import encode_exception
+from .._wire.framing import Message
+from .._wire.pickler import EncodeContext
+from ..errors import MessageTooLargeError, SerializationError
+from ..futures import Future
+from . import hooks
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["Callee", "ASYNC_EXECUTION_ATTR", "Reply"]
+
+log = logging.getLogger(__name__)
+#: Attribute set by ``rpc.functions.async_execution`` on the functions it marks.
+ASYNC_EXECUTION_ATTR = "_gradwire_async_execution"
+#: How long an unfetched parked reply is kept when the call had no timeout.
+_PARK_SECONDS = 300.0
+
+Reply = tuple[pb.FrameHeader, list[Any]]
+
+
+class _Later:
+    """A call whose value arrives through a Future (async_execution)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Future[Any]) -> None:
+        self.future = future
+
+
+class Callee:
+    """Serves calls for one agent and keeps its serving counters."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._lock = threading.Lock()
+        self.served = 0
+        self.failed = 0
+        self.in_flight = 0
+        self._per_peer: dict[int, int] = defaultdict(int)
+        self._parked: dict[int, tuple[int, Reply]] = {}
+        self._park_ids = itertools.count(1)
+
+    def enter(self, caller_id: int) -> bool:
+        """Count a call from ``caller_id``; False if its in-flight limit is reached."""
+        with self._lock:
+            if self._per_peer[caller_id] >= self._agent.options.max_in_flight_per_peer:
+                return False
+            self._per_peer[caller_id] += 1
+            self.in_flight += 1
+            return True
+
+    def leave(self, caller_id: int, failed: bool) -> None:
+        """Uncount a finished call."""
+        with self._lock:
+            self._per_peer[caller_id] -= 1
+            self.in_flight -= 1
+            self.served += 1
+            self.failed += int(failed)
+
+    async def serve(self, msg: Message, caller_id: int) -> Reply:
+        """Run the call in ``msg`` and return its encoded reply (result or error)."""
+        loop = asyncio.get_running_loop()
+        outcome = await asyncio.wrap_future(self._agent.pool.submit(self._run, msg, caller_id))
+        if isinstance(outcome, _Later):
+            done: asyncio.Future[None] = loop.create_future()
+
+            def wake(_: Future[Any]) -> None:
+                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+
+            outcome.future.add_done_callback(wake)
+            await done
+            outcome = await asyncio.wrap_future(
+                self._agent.pool.submit(
+                    self._encode_future, msg.header.call, outcome.future, caller_id
+                )
+            )
+        return outcome  # type: ignore[no-any-return]
+
+    def _run(self, msg: Message, caller_id: int) -> Reply | _Later:
+        agent = self._agent
+        call = msg.header.call
+        try:
+            if call.kind != pb.CALL_KIND_PYTHON:
+                raise SerializationError(
+                    f"worker {agent.name!r} got call kind {pb.CallKind.Name(call.kind)} on the "
+                    "Python call path"
+                )
+            module, qualname = calls.split_callable(call.function)
+            fn = agent.policy.resolve(module, qualname, agent.name)
+            (bound_self, args, kwargs), dctx = self._decode(msg, caller_id)
+            hooks.recv_call(call, dctx.objects.get("T", []), caller_id)
+            is_async = getattr(fn, ASYNC_EXECUTION_ATTR, False)
+            if bound_self is not calls.NO_SELF:
+                result = fn(bound_self, *args, **kwargs)
+            else:
+                result = fn(*args, **kwargs)
+            if is_async:
+                if not isinstance(result, Future):
+                    raise TypeError(
+                        f"{call.function} is marked @async_execution but returned "
+                        f"{type(result).__name__}, not a gradwire.futures.Future"
+                    )
+                return _Later(result)
+            return self.encode_value(call, result, caller_id)
+        except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
+            return self.encode_error(call, exc)
+
+    def _decode(self, msg: Message, caller_id: int) -> tuple[Any, Any]:
+        agent = self._agent
+        body, dctx = calls.decode_body(
+            msg, {"policy": agent.policy, "peer": agent.peer_name(caller_id), "worker": agent.name}
+        )
+        if not (
+            isinstance(body, tuple)
+            and len(body) == 3
+            and isinstance(body[1], tuple)
+            and isinstance(body[2], dict)
+        ):
+            raise SerializationError("malformed call body: expected (self, args, kwargs)")
+        return body, dctx
+
+    def _encode_future(self, call: pb.CallHeader, fut: Future[Any], caller_id: int) -> Reply:
+        exc = fut.exception()
+        if exc is not None:
+            return self.encode_error(call, exc)
+        return self.encode_value(call, fut.value(), caller_id)
+
+    def encode_value(self, call: pb.CallHeader, value: Any, caller_id: int) -> Reply:
+        """Encode a successful reply (an error reply if the value cannot be sent)."""
+        agent = self._agent
+        peer = agent.peer_name(caller_id)
+        try:
+            ctx = EncodeContext(peer=peer, device_map=agent.options.device_maps.get(peer))
+            first, buffers = calls.encode_body(
+                pb.FrameHeader(reply=pb.ReplyHeader(message_id=call.message_id)), value, ctx
+            )
+            size = calls.total_bytes(buffers)
+            if size > agent.options.max_message_bytes:
+                raise MessageTooLargeError(
+                    f"result of {call.function} is {size} bytes, over max_message_bytes="
+                    f"{agent.options.max_message_bytes} of worker {agent.name!r}"
+                )
+            hooks.send_reply(call, first.reply, ctx.objects.get("T", []), caller_id)
+            return first, buffers
+        except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
+            if isinstance(exc, SerializationError) and "result of" not in str(exc):
+                exc = SerializationError(f"result of {call.function} cannot be sent: {exc}")
+            return self.encode_error(call, exc)
+
+    def encode_error(self, call: pb.CallHeader, exc: BaseException) -> Reply:
+        """Encode an error reply for ``exc``."""
+        log.debug("call %s failed on %s: %r", call.function, self._agent.name, exc)
+        reply = pb.ReplyHeader(
+            message_id=call.message_id, error=encode_exception(exc, self._agent.name)
+        )
+        return pb.FrameHeader(reply=reply, payload=pb.Payload()), []
+
+    def park(self, reply: Reply, caller_id: int, ttl: float | None) -> pb.FrameHeader:
+        """Keep a reply too large for one frame; return the continuation frame header."""
+        cont = next(self._park_ids)
+        with self._lock:
+            self._parked[cont] = (caller_id, reply)
+        loop = asyncio.get_running_loop()
+        loop.call_later((ttl or _PARK_SECONDS) + 5.0, self._parked.pop, cont, None)
+        call_reply = reply[0].reply
+        header = pb.ReplyHeader(message_id=call_reply.message_id, continuation=cont)
+        return pb.FrameHeader(reply=header, payload=pb.Payload(), last=True)
+
+    def take_parked(self, cont: int, caller_id: int) -> Reply | None:
+        """Remove and return a parked reply, if it exists and belongs to ``caller_id``."""
+        with self._lock:
+            entry = self._parked.get(cont)
+            if entry is None or entry[0] != caller_id:
+                return None
+            del self._parked[cont]
+            return entry[1]

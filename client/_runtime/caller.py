@@ -1,0 +1,281 @@
+"""The outgoing half of the agent: encode a call, send it, turn the reply into a Future.
+
+``rpc_sync`` and ``rpc_async`` share this one path; they differ only in how the transport waits
+(a blocking unary call on the caller's thread, which measured fastest, versus a gRPC future
+whose completion is handed to the serving pool). User calls are never retried; control messages
+are retried with backoff (``send_control``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from .._proto import worker_pb2 as pb
+from .._wire import calls
+from .._wire.exceptions import decode_exception
+from .._wire.framing import Assembler, Frame, Message, split
+from .._wire.pickler import EncodeContext
+from ..errors import GradwireError, MessageTooLargeError, RpcShutdownError, SerializationError
+from ..futures import Future, blocking_region
+from . import hooks
+from .retry import retry_with_backoff
+from .transport import map_rpc_error
+from .workers import Peer
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["Caller"]
+
+log = logging.getLogger(__name__)
+
+
+class Caller:
+    """Sends calls for one agent and tracks the pending ones.
+
+    Args:
+        agent: the owning agent (options, policy, transport, pool, identity).
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.pending: dict[int, Future[Any]] = {}
+
+    def call(
+        self,
+        peer: Peer,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+        blocking: bool,
+        kind: int = pb.CALL_KIND_PYTHON,
+    ) -> Future[Any]:
+        """Run ``fn(*args, **kwargs)`` on ``peer``.
+
+        Args:
+            peer: destination.
+            fn: the callable (sent by qualified name).
+            args, kwargs: its arguments (tensors travel as raw frames).
+            timeout: seconds, or None for no deadline.
+            blocking: wait on this thread (rpc_sync) instead of returning at once.
+
+        Returns:
+            A Future of the result (already done when ``blocking``).
+
+        Raises:
+            SerializationError: ``fn`` or the arguments cannot be sent (raised at once).
+            MessageTooLargeError: the payload exceeds ``max_message_bytes``.
+        """
+        agent = self._agent
+        name, bound_self = calls.function_name(fn)
+        header = pb.CallHeader(
+            message_id=next(self._ids),
+            caller_id=agent.rank,
+            kind=kind,  # type: ignore[arg-type]
+            function=name,
+            timeout_seconds=timeout or 0.0,
+        )
+        ctx = EncodeContext(peer=peer.name, device_map=agent.options.device_maps.get(peer.name))
+        first, buffers = calls.encode_body(
+            pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
+        )
+        hooks.send_call(first.call, ctx.objects.get("T", []), peer.id)
+        size = calls.total_bytes(buffers)
+        if size > agent.options.max_message_bytes:
+            raise MessageTooLargeError(
+                f"call of {name} to worker {peer.name!r} carries {size} bytes, over "
+                f"max_message_bytes={agent.options.max_message_bytes}"
+            )
+        what = f"rpc to {name}"
+        fut: Future[Any] = Future()
+        call = first.call
+        with self._lock:
+            self.pending[call.message_id] = fut
+        fut.add_done_callback(lambda _: self._forget(call.message_id))
+        started = time.monotonic()
+        single = size <= agent.options.chunk_bytes
+        if single:
+            frame = next(split(first, buffers, agent.options.chunk_bytes))
+        if single and not blocking:
+            self._start_async(peer, frame, call, fut, what, started, timeout)
+            return fut
+
+        def run() -> None:
+            try:
+                with blocking_region():
+                    if single:
+                        reply = [agent.transport.call(peer.address, frame, timeout)]
+                    else:
+                        frames = split(first, buffers, agent.options.chunk_bytes)
+                        reply = agent.transport.stream(peer.address, frames, timeout)
+                    msg = self._assemble(peer, reply)
+                self._finish(peer, call, msg, fut, what, started, timeout)
+            except grpc.RpcError as exc:
+                self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
+            except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                self._fail(fut, exc)
+
+        if blocking:
+            run()
+        else:
+            agent.pool.submit(run)
+        return fut
+
+    def _start_async(
+        self,
+        peer: Peer,
+        frame: Frame,
+        call: pb.CallHeader,
+        fut: Future[Any],
+        what: str,
+        started: float,
+        timeout: float | None,
+    ) -> None:
+        agent = self._agent
+
+        def on_done(gfut: Any) -> None:
+            # gRPC's callback thread must not run user callbacks: hand over to the pool.
+            def complete() -> None:
+                try:
+                    msg = self._assemble(peer, [gfut.result()])
+                    self._finish(peer, call, msg, fut, what, started, timeout)
+                except grpc.RpcError as exc:
+                    self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
+                except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                    self._fail(fut, exc)
+
+            try:
+                agent.pool.submit(complete)
+            except RuntimeError:  # pool closed during shutdown
+                complete()
+
+        try:
+            agent.transport.call_future(peer.address, frame, timeout, on_done)
+        except GradwireError as exc:
+            self._fail(fut, exc)
+
+    def _assemble(self, peer: Peer, frames: Iterable[Frame]) -> Message:
+        asm = Assembler(self._agent.options.max_message_bytes, peer.name)
+        for frame in frames:
+            if asm.feed(frame):
+                break
+        if asm.message is None or not asm.complete:
+            raise SerializationError(f"reply from worker {peer.name!r} ended before its last frame")
+        return asm.message
+
+    def _finish(
+        self,
+        peer: Peer,
+        call: pb.CallHeader,
+        msg: Message,
+        fut: Future[Any],
+        what: str,
+        started: float,
+        timeout: float | None,
+    ) -> None:
+        agent = self._agent
+        reply = msg.header.reply
+        if reply.continuation:
+            left = None if timeout is None else max(0.001, timeout - (time.monotonic() - started))
+            request = pb.FetchReplyRequest(continuation=reply.continuation, caller_id=agent.rank)
+            try:
+                with blocking_region():
+                    msg = self._assemble(
+                        peer, agent.transport.fetch_reply(peer.address, request, left)
+                    )
+            except grpc.RpcError as exc:
+                self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
+                return
+            reply = msg.header.reply
+        if reply.HasField("error"):
+            self._fail(fut, decode_exception(reply.error, agent.policy, agent.name))
+            return
+        body, dctx = calls.decode_body(
+            msg, {"policy": agent.policy, "peer": peer.name, "worker": agent.name}
+        )
+        hooks.recv_reply(call, reply, dctx.objects.get("T", []), peer.id)
+        fut.set_result(body)
+
+    @staticmethod
+    def _fail(fut: Future[Any], exc: BaseException) -> None:
+        if not fut.done():
+            fut.set_exception(exc)
+
+    def _forget(self, message_id: int) -> None:
+        with self._lock:
+            self.pending.pop(message_id, None)
+
+    def fail_all(self, reason: str) -> None:
+        """Fail every pending call with RpcShutdownError (non-graceful shutdown)."""
+        with self._lock:
+            pending = list(self.pending.values())
+        for fut in pending:
+            try:
+                self._fail(fut, RpcShutdownError(reason))
+            except GradwireError:  # completed concurrently
+                pass
+
+    def wait_pending(self, deadline: float) -> bool:
+        """Wait until no call is pending or ``deadline`` (monotonic) passes; True if drained."""
+        while True:
+            with self._lock:
+                pending = list(self.pending.values())
+            if not pending:
+                return True
+            for fut in pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                try:
+                    fut.wait(left)
+                except TimeoutError:
+                    return False
+                except BaseException:  # noqa: BLE001 - the caller of that future sees it
+                    pass
+
+    def send_control(
+        self,
+        peer: Peer,
+        method: str,
+        request: Any,
+        response_cls: Any,
+        timeout: float,
+        on_attempt: Callable[[int], None] | None = None,
+    ) -> Any:
+        """Send an idempotent control message, retrying on UNAVAILABLE / DEADLINE_EXCEEDED.
+
+        Args:
+            peer: destination.
+            method: Worker RPC name ("ForkRequest", "ChildAck", "RRefDelete", ...).
+            request: the protobuf request.
+            response_cls: the protobuf response type.
+            timeout: total seconds over all attempts.
+
+        Returns:
+            The response.
+
+        Raises:
+            RpcTimeoutError / WorkerUnavailableError after the last attempt; other errors at once.
+        """
+        started = time.monotonic()
+
+        def attempt(left: float) -> Any:
+            try:
+                with blocking_region():
+                    return self._agent.transport.control(
+                        peer.address, method, request, response_cls, left
+                    )
+            except grpc.RpcError as exc:
+                raise map_rpc_error(exc, peer.name, method, started, timeout) from exc
+
+        return retry_with_backoff(attempt, started + timeout, what=f"{method} to {peer.name}")

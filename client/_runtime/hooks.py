@@ -1,0 +1,111 @@
+"""The seam for distributed autograd (issue 5): hooks around every call and reply.
+
+The agent calls each registered hook with the outgoing header and the tensors that the pickler
+pulled out of the payload, *before* the message is framed, so a hook can set
+``CallHeader.autograd`` / ``ReplyHeader.autograd`` (context id and a message id) and record the
+send function of tensors that require grad. On receipt it calls the matching hook with the
+rebuilt tensors before the function runs (or before the caller sees the result), so recv
+functions can be attached. Hooks run in the thread that encodes or decodes the message and must
+be fast and non-blocking.
+
+Example (what issue 5 will do)::
+
+    class DistAutogradHook(CallHook):
+        def on_send_call(self, header, tensors, peer): ...
+        def on_recv_call(self, header, tensors, peer): ...
+
+    hooks.register(DistAutogradHook())
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from .._proto import worker_pb2 as pb
+
+__all__ = [
+    "CallHook",
+    "register",
+    "unregister",
+    "registered",
+    "send_call",
+    "recv_call",
+    "send_reply",
+    "recv_reply",
+]
+
+
+class CallHook:
+    """Base class of hooks; override what you need (the defaults do nothing).
+
+    Args of every method:
+        header: the CallHeader or ReplyHeader of the message (mutable on send).
+        tensors: the tensors of the payload in side-table order (gradwire Tensors and ndarrays).
+        peer: worker id of the other side.
+    """
+
+    def on_send_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+        """Before a call leaves this worker."""
+
+    def on_recv_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+        """After a call's payload is decoded, before its function runs."""
+
+    def on_send_reply(
+        self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+    ) -> None:
+        """Before a reply to ``call`` leaves this worker."""
+
+    def on_recv_reply(
+        self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+    ) -> None:
+        """After a reply to ``call`` is decoded, before the caller's future completes."""
+
+
+_hooks: tuple[CallHook, ...] = ()
+_lock = threading.Lock()
+
+
+def register(hook: CallHook) -> None:
+    """Add ``hook`` (idempotent)."""
+    global _hooks
+    with _lock:
+        if hook not in _hooks:
+            _hooks = (*_hooks, hook)
+
+
+def unregister(hook: CallHook) -> None:
+    """Remove ``hook`` if present."""
+    global _hooks
+    with _lock:
+        _hooks = tuple(h for h in _hooks if h is not hook)
+
+
+def registered() -> tuple[CallHook, ...]:
+    """The hooks in registration order."""
+    return _hooks
+
+
+def send_call(header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+    for h in _hooks:
+        h.on_send_call(header, tensors, peer)
+
+
+def recv_call(header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+    for h in _hooks:
+        h.on_recv_call(header, tensors, peer)
+
+
+def send_reply(
+    call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+) -> None:
+    for h in _hooks:
+        h.on_send_reply(call, header, tensors, peer)
+
+
+def recv_reply(
+    call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+) -> None:
+    for h in _hooks:
+        h.on_recv_reply(call, header, tensors, peer)

@@ -1,0 +1,119 @@
+"""Backend options of the gRPC agent (the public class is re-exported by gradwire.distributed.rpc)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._wire.framing import DEFAULT_CHUNK_BYTES
+from .._wire.policy import DEFAULT_DENY, CallablePolicy
+
+__all__ = ["GrpcRpcBackendOptions", "DEFAULT_RPC_TIMEOUT", "UNSET_RPC_TIMEOUT", "NO_TIMEOUT"]
+
+#: Default timeout of a call, in seconds.
+DEFAULT_RPC_TIMEOUT = 60.0
+#: ``timeout=-1`` in a verb means "the agent's rpc_timeout".
+UNSET_RPC_TIMEOUT = -1.0
+#: ``timeout=0`` means "no timeout" (a dead peer is still noticed through keepalive).
+NO_TIMEOUT = 0.0
+
+
+@dataclass
+class GrpcRpcBackendOptions:
+    """How a worker serves, connects and protects itself.
+
+    Args:
+        rpc_timeout: default timeout of a call, seconds (``0`` disables it).
+        num_worker_threads: serving threads that may run user code at once.
+        init_method: ``"env://"`` (MASTER_ADDR / MASTER_PORT), ``"tcp://host:port"`` (the
+            address of rank 0), or a list of ``"host:port"`` addresses, one per rank (each rank
+            listens on its own entry; rank 0 hosts the rendezvous).
+        init_timeout: seconds to wait for every rank to join.
+        listen_address: ``"host:port"`` this worker serves on; default loopback, port 0 (rank 0:
+            MASTER_PORT). A non-loopback address requires a token (or ``allow_insecure``).
+        advertise_address: address the peers should use, when it differs from the listen one.
+        token: cluster token; default ``$GRADWIRE_TOKEN``; a loopback cluster without one
+            generates its own at rendezvous.
+        allow_insecure: permit a non-loopback listener without a token or TLS.
+        tls_cert, tls_key: PEM bytes or file paths of this worker's certificate and key.
+        tls_ca: PEM bytes or path of the CA that signs the peers' certificates.
+        tls_require_client_auth: mutual TLS: the server requires a client certificate.
+        tls_server_name: name to verify in the peers' certificates, when it differs from the host.
+        max_message_bytes: largest payload (pickle plus tensors) sent or accepted.
+        chunk_bytes: raw bytes per frame; larger payloads are streamed in chunks.
+        max_in_flight_per_peer: calls a worker runs at once for one caller; more are refused.
+        callable_allow: extra policy patterns (``"mypkg.*"`` or ``"mypkg.mod:func"``).
+        callable_deny: patterns refused even if allowed (defaults to the built-in deny list).
+        trust_everything: run and unpickle anything importable (closed networks only).
+        device_maps: per peer name, local device -> peer device, for GPU tensors.
+        keepalive_seconds: ping interval on active connections, to notice dead peers.
+    """
+
+    rpc_timeout: float = DEFAULT_RPC_TIMEOUT
+    num_worker_threads: int = 16
+    init_method: str | list[str] = "env://"
+    init_timeout: float = 120.0
+    listen_address: str | None = None
+    advertise_address: str | None = None
+    token: str | None = None
+    allow_insecure: bool = False
+    tls_cert: bytes | str | None = None
+    tls_key: bytes | str | None = None
+    tls_ca: bytes | str | None = None
+    tls_require_client_auth: bool = False
+    tls_server_name: str | None = None
+    max_message_bytes: int = 64 << 30
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    max_in_flight_per_peer: int = 4096
+    callable_allow: tuple[str, ...] = ()
+    callable_deny: tuple[str, ...] = DEFAULT_DENY
+    trust_everything: bool = False
+    device_maps: dict[str, dict[str, str]] = field(default_factory=dict)
+    keepalive_seconds: float = 20.0
+
+    def __post_init__(self) -> None:
+        if self.num_worker_threads < 1:
+            raise ValueError(f"num_worker_threads must be >= 1, got {self.num_worker_threads}")
+        if self.rpc_timeout < 0:
+            raise ValueError(f"rpc_timeout must be >= 0 (0 = none), got {self.rpc_timeout}")
+        if self.chunk_bytes < 1024:
+            raise ValueError(f"chunk_bytes must be at least 1024, got {self.chunk_bytes}")
+        if self.token is None:
+            self.token = os.environ.get("GRADWIRE_TOKEN") or None
+
+    def set_device_map(self, to: str, device_map: dict[Any, Any]) -> None:
+        """Declare where this worker's GPU tensors land on worker ``to``.
+
+        Args:
+            to: peer worker name.
+            device_map: ``{"cuda:0": "cuda:1"}`` (local device -> device on ``to``).
+        """
+        self.device_maps.setdefault(to, {}).update({str(k): str(v) for k, v in device_map.items()})
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_cert is not None or self.tls_ca is not None
+
+    def policy(self) -> CallablePolicy:
+        """The callable policy these options describe."""
+        return CallablePolicy(
+            allow=tuple(self.callable_allow),
+            deny=tuple(self.callable_deny),
+            trust_everything=self.trust_everything,
+        )
+
+
+def read_pem(value: bytes | str | None) -> bytes | None:
+    """PEM bytes from bytes, a PEM string or a file path."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if value.lstrip().startswith("-----BEGIN"):
+        return value.encode()
+    with open(value, "rb") as f:
+        return f.read()
+
+
+__all__ += ["read_pem"]

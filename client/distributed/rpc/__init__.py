@@ -1,0 +1,43 @@
+"""gradwire.distributed.rpc: call functions on other workers, every worker a gRPC service.
+
+Example:
+    >>> import gradwire.distributed.rpc as rpc
+    >>> rpc.init_rpc("worker0", rank=0, world_size=2)
+    >>> rpc.rpc_sync("worker1", operator.add, (1, 2))
+    3
+    >>> rpc.shutdown()
+"""
+
+from __future__ import annotations
+
+from ..._runtime.options import GrpcRpcBackendOptions
+from ..._runtime.workers import WorkerInfo
+from . import functions
+from .api import (
+    get_debug_info,
+    get_rpc_timeout,
+    get_worker_info,
+    init_rpc,
+    is_initialized,
+    rpc_async,
+    rpc_sync,
+    shutdown,
+)
+
+#: PyTorch-style name of the backend options.
+RpcBackendOptions = GrpcRpcBackendOptions
+
+__all__ = [
+    "init_rpc",
+    "shutdown",
+    "rpc_sync",
+    "rpc_async",
+    "get_worker_info",
+    "get_rpc_timeout",
+    "get_debug_info",
+    "is_initialized",
+    "WorkerInfo",
+    "GrpcRpcBackendOptions",
+    "RpcBackendOptions",
+    "functions",
+]

@@ -1,0 +1,215 @@
+"""The rpc verbs: init_rpc, shutdown, rpc_sync, rpc_async and the inspection helpers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from ..._runtime import agent as _agent
+from ..._runtime.options import UNSET_RPC_TIMEOUT, GrpcRpcBackendOptions
+from ..._runtime.workers import WorkerInfo, validate_name
+from ...errors import RpcInitError
+from ...futures import Future
+
+__all__ = [
+    "init_rpc",
+    "shutdown",
+    "rpc_sync",
+    "rpc_async",
+    "get_worker_info",
+    "get_rpc_timeout",
+    "get_debug_info",
+    "is_initialized",
+]
+
+log = logging.getLogger(__name__)
+_init_lock = threading.Lock()
+
+
+def _int_arg(value: Any, env: str, what: str) -> int:
+    if value is None:
+        raw = os.environ.get(env)
+        if raw is None:
+            raise RpcInitError(f"init_rpc needs {what} (argument or ${env})")
+        try:
+            return int(raw)
+        except ValueError:
+            raise RpcInitError(f"${env}={raw!r} is not an integer") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RpcInitError(f"{what} must be an int, got {value!r}")
+    return value
+
+
+def init_rpc(
+    name: str,
+    rank: int | None = None,
+    world_size: int | None = None,
+    rpc_backend_options: GrpcRpcBackendOptions | None = None,
+    backend: Any = None,
+) -> None:
+    """Start this worker's RPC agent and rendezvous with the others.
+
+    Args:
+        name: unique worker name, [A-Za-z0-9_:-], 1 to 127 characters.
+        rank: this worker's id in [0, world_size) (default ``$RANK``).
+        world_size: number of workers (default ``$WORLD_SIZE``).
+        rpc_backend_options: a GrpcRpcBackendOptions (init method, timeouts, security).
+        backend: accepted for PyTorch compatibility; gRPC is the only backend.
+
+    Raises:
+        RpcInitError: invalid name, rank or world size, already initialized, or the rendezvous
+            failed (duplicate name or rank, world size mismatch, timeout).
+
+    Example:
+        >>> rpc.init_rpc("trainer0", rank=0, world_size=2)
+    """
+    validate_name(name)
+    rank = _int_arg(rank, "RANK", "rank")
+    world_size = _int_arg(world_size, "WORLD_SIZE", "world_size")
+    if world_size < 1:
+        raise RpcInitError(f"world_size must be at least 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise RpcInitError(f"rank {rank} is out of range for world_size {world_size}")
+    options = rpc_backend_options or GrpcRpcBackendOptions()
+    from gradwire.server.app import create_server  # L5 wires L4 to L3
+
+    with _init_lock:
+        existing = _agent.current_or_none()
+        if existing is not None and existing.state != _agent.AgentState.SHUTDOWN:
+            raise RpcInitError(
+                f"RPC is already initialized as {existing.name!r}; call shutdown() first"
+            )
+        agent = _agent.Agent(name, rank, world_size, options)
+        try:
+            try:
+                create_server(agent.plan.listen, agent)
+            except OSError as exc:
+                raise RpcInitError(
+                    f"worker {name!r} cannot listen on {agent.plan.listen}: {exc}"
+                ) from exc
+            agent.join()
+        except BaseException:
+            agent.shutdown(graceful=False, timeout=0)
+            raise
+        _agent.set_current(agent)
+
+
+def shutdown(graceful: bool = True, timeout: float = UNSET_RPC_TIMEOUT) -> None:
+    """Stop this worker's agent.
+
+    Args:
+        graceful: finish pending calls and wait for every worker at a barrier before stopping;
+            False stops at once and fails pending calls with RpcShutdownError.
+        timeout: seconds for the graceful part (-1: the rpc_timeout).
+
+    Raises:
+        RpcNotInitializedError: RPC is not running.
+        RpcTimeoutError: the graceful shutdown timed out (the agent is stopped anyway).
+        WorkerUnavailableError: rank 0 vanished before the barrier (stopped anyway).
+    """
+    agent = _agent.current("shutdown()")
+    if timeout is None or timeout < 0:
+        timeout = agent.options.rpc_timeout or 60.0
+    try:
+        agent.shutdown(graceful, timeout)
+    finally:
+        _agent.set_current(None)
+
+
+def _invoke(
+    to: Any, func: Any, args: Any, kwargs: Any, timeout: float, blocking: bool, verb: str
+) -> Future[Any]:
+    agent = _agent.current(verb)
+    peer = agent.resolve(to)
+    if args is not None and not isinstance(args, (tuple, list)):
+        raise TypeError(f"{verb}: args must be a tuple or list, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"{verb}: kwargs must be a dict, got {type(kwargs).__name__}")
+    return agent.caller.call(
+        peer, func, tuple(args or ()), dict(kwargs or {}), agent.timeout_of(timeout), blocking
+    )
+
+
+def rpc_sync(
+    to: Any, func: Any, args: Any = None, kwargs: Any = None, timeout: float = UNSET_RPC_TIMEOUT
+) -> Any:
+    """Run ``func(*args, **kwargs)`` on worker ``to`` and return its result.
+
+    Same path as ``rpc_async(...).wait()``; the caller's thread waits on the call itself.
+
+    Args:
+        to: worker name, WorkerInfo or rank.
+        func: a module-level function, builtin, class, static, class or bound method.
+        args, kwargs: arguments (tensors travel as raw bytes, never pickled).
+        timeout: seconds; -1 uses the default rpc_timeout, 0 means no timeout.
+
+    Returns:
+        What ``func`` returned on ``to``.
+
+    Raises:
+        RpcNotInitializedError, UnknownWorkerError, SerializationError, PolicyError,
+        RpcTimeoutError, WorkerUnavailableError, AuthenticationError; the remote exception
+        (as its own type when rebuildable, and always as a RemoteError).
+
+    Example:
+        >>> rpc.rpc_sync("worker1", operator.add, (2, 3))
+        5
+    """
+    return _invoke(to, func, args, kwargs, timeout, True, "rpc_sync()").wait()
+
+
+def rpc_async(
+    to: Any, func: Any, args: Any = None, kwargs: Any = None, timeout: float = UNSET_RPC_TIMEOUT
+) -> Future[Any]:
+    """Start ``func(*args, **kwargs)`` on worker ``to``; return a Future of its result.
+
+    Args: as :func:`rpc_sync`.
+
+    Returns:
+        A gradwire.futures.Future; ``wait()`` raises what :func:`rpc_sync` would.
+
+    Raises:
+        At once: RpcNotInitializedError, UnknownWorkerError, SerializationError (the function
+        or the arguments cannot be sent), MessageTooLargeError. Everything else via the Future.
+
+    Example:
+        >>> fut = rpc.rpc_async("worker1", operator.add, (2, 3))
+        >>> fut.wait()
+        5
+    """
+    return _invoke(to, func, args, kwargs, timeout, False, "rpc_async()")
+
+
+def get_worker_info(worker_name: str | None = None) -> WorkerInfo:
+    """The WorkerInfo of ``worker_name`` (default: this worker).
+
+    Raises:
+        RpcNotInitializedError: RPC is not running.
+        UnknownWorkerError: no worker has that name.
+    """
+    agent = _agent.current("get_worker_info()")
+    if worker_name is None:
+        return agent.info
+    return agent.resolve(worker_name).info
+
+
+def get_rpc_timeout() -> float:
+    """The default timeout of rpc calls, in seconds (0 = none)."""
+    return float(_agent.current("get_rpc_timeout()").options.rpc_timeout)
+
+
+def get_debug_info() -> dict[str, Any]:
+    """Counters (calls served, in flight, failed, pending), state and per-peer channel state.
+
+    Raises:
+        RpcNotInitializedError: RPC is not running.
+    """
+    return _agent.current("get_debug_info()").debug_info()
+
+
+def is_initialized() -> bool:
+    """True while this process runs an RPC agent."""
+    agent = _agent.current_or_none()
+    return agent is not None and agent.state == _agent.AgentState.RUNNING

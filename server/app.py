@@ -1,0 +1,111 @@
+"""create_server: one gRPC server per worker with the Worker service, health and reflection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import grpc
+from gradwire._proto import worker_pb2 as pb
+from gradwire._runtime import loop as io
+from gradwire._runtime.agent import AgentState
+from gradwire._runtime.options import read_pem
+from gradwire._runtime.transport import SERVICE, channel_options
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from .interceptors import AuthInterceptor
+from .servicer import WorkerServicer, method_handlers
+
+__all__ = ["create_server"]
+
+log = logging.getLogger(__name__)
+_HEALTH = {
+    AgentState.RUNNING: health_pb2.HealthCheckResponse.SERVING,
+    AgentState.SHUTTING_DOWN: health_pb2.HealthCheckResponse.NOT_SERVING,
+    AgentState.SHUTDOWN: health_pb2.HealthCheckResponse.NOT_SERVING,
+}
+
+
+def _credentials(options: Any) -> grpc.ServerCredentials | None:
+    if options.tls_cert is None:
+        return None
+    return grpc.ssl_server_credentials(
+        [(read_pem(options.tls_key), read_pem(options.tls_cert))],
+        root_certificates=read_pem(options.tls_ca),
+        require_client_auth=bool(options.tls_require_client_auth),
+    )
+
+
+async def _start(address: str, agent: Any) -> tuple[grpc.aio.Server, int]:
+    options = agent.options
+    server = grpc.aio.server(
+        interceptors=[AuthInterceptor(agent)],
+        options=[
+            *channel_options(options),
+            # Accept the clients' keepalive pings while calls are active.
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    server.add_generic_rpc_handlers((method_handlers(WorkerServicer(agent)),))
+    health = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (
+            pb.DESCRIPTOR.services_by_name["Worker"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    creds = _credentials(options)
+    try:
+        port = (
+            server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+        )
+    except RuntimeError as exc:
+        port = 0
+        log.debug("bind %s failed: %s", address, exc)
+    if not port and not address.startswith("unix:"):
+        raise OSError(f"cannot listen on {address}: address in use or not local")
+    await health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.start()
+    loop = asyncio.get_running_loop()
+
+    def on_state(state: AgentState) -> None:
+        status = _HEALTH.get(state)
+        if status is not None:
+            for name in (SERVICE, ""):
+                asyncio.run_coroutine_threadsafe(health.set(name, status), loop)
+
+    agent.add_state_listener(on_state)
+    return server, port
+
+
+def create_server(address: str, agent: Any) -> tuple[grpc.aio.Server, int]:
+    """Start the gRPC server of ``agent`` on ``address`` (port 0: any free port).
+
+    Args:
+        address: ``"host:port"`` or ``"unix:/path"``.
+        agent: the worker's ``gradwire._runtime.agent.Agent``.
+
+    Returns:
+        ``(server, port)``; the server runs on gradwire's I/O loop.
+
+    Raises:
+        OSError: the address cannot be bound.
+
+    Example:
+        >>> server, port = create_server("127.0.0.1:0", agent)
+    """
+    server, port = io.run_sync(_start(address, agent), timeout=30)
+
+    def stop(grace: float) -> None:
+        io.run_sync(server.stop(grace), timeout=grace + 10)
+
+    agent.attach_server(port, stop)
+    return server, port

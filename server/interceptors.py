@@ -1,0 +1,95 @@
+"""Server interceptors: authentication before anything is decoded.
+
+Every method except grpc.health.v1 needs metadata ``x-gradwire-token`` equal to the cluster
+token; a wrong or missing token gets UNAUTHENTICATED from a handler that reads the request as
+raw bytes, so nothing is unpickled and nothing runs. Join is open only while rank 0 uses a token
+it generated itself (a loopback cluster without configured token), since joiners learn it there.
+Calls that arrive before this worker finished its rendezvous wait for it (bounded by
+``init_timeout``), because a peer may call as soon as *it* has the member list.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from gradwire._runtime.transport import SERVICE
+
+__all__ = ["AuthInterceptor", "TOKEN_KEY", "CALLER_KEY"]
+
+log = logging.getLogger(__name__)
+TOKEN_KEY = "x-gradwire-token"
+CALLER_KEY = "x-gradwire-caller"
+_STREAM_IN = {"PythonCall", "RemoteCall", "PropagateGradients"}
+_STREAM_OUT = {"PythonCall", "FetchReply", "FetchRRef", "WatchControl"}
+
+
+def _rejecting_handler(method: str, status: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
+    async def reject(_request: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(status, details)
+
+    async def reject_stream(_request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(status, details)
+        yield  # pragma: no cover - makes this an async generator
+
+    name = method.rsplit("/", 1)[-1]
+    stream_in, stream_out = name in _STREAM_IN, name in _STREAM_OUT
+    # No deserializer: the request stays raw bytes and is never looked at.
+    if stream_in and stream_out:
+        return grpc.stream_stream_rpc_method_handler(reject_stream)
+    if stream_in:
+        return grpc.stream_unary_rpc_method_handler(reject)
+    if stream_out:
+        return grpc.unary_stream_rpc_method_handler(reject_stream)
+    return grpc.unary_unary_rpc_method_handler(reject)
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Checks the cluster token of every call against the agent's.
+
+    Args:
+        agent: the worker's agent (``token``, ``token_generated``, ``wait_ready``).
+    """
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        method = details.method
+        if method.startswith("/grpc.health.v1.Health/"):
+            return await continuation(details)
+        agent = self._agent
+        is_join = method == f"/{SERVICE}/Join"
+        if is_join and agent.token_generated:
+            return await continuation(details)
+        if not is_join and not agent._ready.is_set():
+            if not await agent.wait_ready(agent.options.init_timeout):
+                return _rejecting_handler(
+                    method,
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"worker {agent.name!r} has not finished its rendezvous",
+                )
+        expected = agent.token
+        if expected:
+            got = ""
+            for key, value in details.invocation_metadata or ():
+                if key == TOKEN_KEY:
+                    got = value if isinstance(value, str) else value.decode("latin-1")
+            if not hmac.compare_digest(got.encode(), expected.encode()):
+                log.warning(
+                    "rejected %s on %s: %s token", method, agent.name, "wrong" if got else "missing"
+                )
+                return _rejecting_handler(
+                    method,
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    f"worker {agent.name!r}: {'wrong' if got else 'missing'} cluster token "
+                    f"({TOKEN_KEY}); set the same GRADWIRE_TOKEN on every worker",
+                )
+        return await continuation(details)

@@ -1,0 +1,339 @@
+"""The Worker servicer: thin async methods that decode frames, call the agent, encode replies.
+
+Registered as a generic handler with gradwire's frame (de)serializers. Errors that are not the
+user's (in-flight limit, a stopped worker, missing extension handlers, rendezvous conflicts) are
+mapped to gRPC status codes here, in :func:`status_for`; user exceptions and policy refusals
+travel inside the reply frame and are rebuilt on the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from gradwire._proto import worker_pb2 as pb
+from gradwire._runtime.agent import AgentState
+from gradwire._runtime.transport import IN_FLIGHT_MARK, SERVICE
+from gradwire._wire.framing import Assembler, Frame, Message, decode_frame, encode_frame, split
+from gradwire.errors import (
+    GradwireError,
+    MessageTooLargeError,
+    RpcInitError,
+    SerializationError,
+    TooManyRequestsError,
+    WorkerUnavailableError,
+)
+from gradwire.futures import Future
+
+from .interceptors import CALLER_KEY
+
+__all__ = ["WorkerServicer", "status_for"]
+
+log = logging.getLogger(__name__)
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status for an error that ends a call outside the reply frame (the only place)."""
+    if isinstance(exc, TooManyRequestsError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, MessageTooLargeError):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+    if isinstance(exc, WorkerUnavailableError):
+        return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if isinstance(exc, RpcInitError):
+        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+    if isinstance(exc, NotImplementedError):
+        return grpc.StatusCode.UNIMPLEMENTED, str(exc)
+    if isinstance(exc, (SerializationError, ValueError)):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    return grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
+
+
+def _caller_id(context: grpc.aio.ServicerContext) -> int:
+    for key, value in context.invocation_metadata() or ():
+        if key == CALLER_KEY:
+            try:
+                return int(value)
+            except ValueError:
+                break
+    return -1
+
+
+async def _await_value(value: Any) -> Any:
+    if isinstance(value, Future):
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        value.add_done_callback(
+            lambda _: loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
+        )
+        await done
+        return value.wait()
+    return value
+
+
+class WorkerServicer:
+    """Implements gradwire.v1.Worker for one agent."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        if self._agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
+            raise WorkerUnavailableError(f"worker {self._agent.name!r} is not running")
+
+    def _enter(self, caller: int) -> None:
+        self._check_alive()
+        if not self._agent.callee.enter(caller):
+            raise TooManyRequestsError(
+                f"worker {self._agent.name!r} already has "
+                f"{self._agent.options.max_in_flight_per_peer} {IN_FLIGHT_MARK} from worker "
+                f"{self._agent.peer_name(caller)!r} (max_in_flight_per_peer)"
+            )
+
+    async def _fail(self, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
+        code, details = status_for(exc)
+        if code == grpc.StatusCode.INTERNAL:
+            log.error("internal error in %s: %r", self._agent.name, exc, exc_info=exc)
+        await context.abort(code, details)
+
+    def _assembler(self, caller: int) -> Assembler:
+        return Assembler(self._agent.options.max_message_bytes, self._agent.peer_name(caller))
+
+    async def _serve(self, msg: Message, caller: int) -> tuple[pb.FrameHeader, list[Any]]:
+        if not msg.header.HasField("call"):
+            raise SerializationError("the first frame of a call carries no CallHeader")
+        return await self._agent.callee.serve(msg, caller)  # type: ignore[no-any-return]
+
+    # -- user calls ----------------------------------------------------------------------------
+
+    async def Call(self, frame: Frame, context: grpc.aio.ServicerContext) -> Frame:  # noqa: N802
+        caller = _caller_id(context)
+        try:
+            self._enter(caller)
+        except GradwireError as exc:
+            await self._fail(context, exc)
+        failed = True
+        try:
+            asm = self._assembler(caller)
+            try:
+                if not asm.feed(frame):
+                    raise SerializationError("single-frame call without its last frame")
+                assert asm.message is not None
+                first, buffers = await self._serve(asm.message, caller)
+            except GradwireError as exc:
+                first, buffers = self._agent.callee.encode_error(frame.header.call, exc)
+            failed = first.reply.HasField("error")
+            chunk = self._agent.options.chunk_bytes
+            if sum(memoryview(b).nbytes for b in buffers) <= chunk:
+                return next(split(first, buffers, chunk))
+            ttl = frame.header.call.timeout_seconds or None
+            return Frame(self._agent.callee.park((first, buffers), caller, ttl), ())
+        finally:
+            self._agent.callee.leave(caller, failed)
+
+    async def PythonCall(  # noqa: N802
+        self, frames: AsyncIterator[Frame], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Frame]:
+        caller = _caller_id(context)
+        try:
+            self._enter(caller)
+        except GradwireError as exc:
+            await self._fail(context, exc)
+        failed = True
+        try:
+            asm = self._assembler(caller)
+            call = pb.CallHeader()
+            try:
+                async for frame in frames:
+                    if asm.message is None and frame.header.HasField("call"):
+                        call = frame.header.call
+                    if asm.feed(frame):
+                        break
+                if asm.message is None or not asm.complete:
+                    raise SerializationError("call stream ended before its last frame")
+                first, buffers = await self._serve(asm.message, caller)
+            except GradwireError as exc:
+                first, buffers = self._agent.callee.encode_error(call, exc)
+            failed = first.reply.HasField("error")
+            for out in split(first, buffers, self._agent.options.chunk_bytes):
+                yield out
+        finally:
+            self._agent.callee.leave(caller, failed)
+
+    async def FetchReply(  # noqa: N802
+        self, request: pb.FetchReplyRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Frame]:
+        reply = self._agent.callee.take_parked(request.continuation, _caller_id(context))
+        if reply is None:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"worker {self._agent.name!r} has no parked reply {request.continuation}",
+            )
+        first, buffers = reply
+        for out in split(first, buffers, self._agent.options.chunk_bytes):
+            yield out
+
+    # -- rendezvous, barrier, inspection -------------------------------------------------------
+
+    async def Join(
+        self, request: pb.JoinRequest, context: grpc.aio.ServicerContext
+    ) -> pb.JoinReply:  # noqa: N802
+        try:
+            return await self._agent.serve_join(request)  # type: ignore[no-any-return]
+        except GradwireError as exc:
+            await self._fail(context, exc)
+            raise  # pragma: no cover - abort raises
+
+    async def Barrier(  # noqa: N802
+        self, request: pb.BarrierRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BarrierReply:
+        barriers = self._agent.barriers
+        if barriers is None:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION, "barriers are hosted by rank 0"
+            )
+        timeout = context.time_remaining() or self._agent.options.rpc_timeout
+        return await barriers.arrive(
+            request.name, request.generation, request.worker_id, max(0.0, timeout - 1)
+        )  # type: ignore[no-any-return]
+
+    async def GetDebugInfo(  # noqa: N802
+        self, request: pb.DebugInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DebugInfo:
+        return debug_info_message(self._agent.debug_info())
+
+    async def WatchControl(  # noqa: N802
+        self, request: pb.WatchRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ControlEvent]:
+        queue: asyncio.Queue[pb.ControlEvent] = asyncio.Queue()
+        kinds = {k for k in request.kinds if k}
+        self._agent.add_watcher(queue)
+        try:
+            while True:
+                event = await queue.get()
+                if not kinds or event.kind in kinds:
+                    yield event
+        finally:
+            self._agent.remove_watcher(queue)
+
+    # -- extension methods (RRef protocol, dist autograd) ------------------------------------
+
+    async def control(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """Serve a unary control method through the handler registered for it."""
+        handler = self._agent.control_handlers.get(method)
+        if handler is None:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"worker {self._agent.name!r} has no handler for {method}",
+            )
+        try:
+            self._check_alive()
+            value = await asyncio.wrap_future(
+                self._agent.pool.submit(handler, request, _caller_id(context))
+            )
+            return await _await_value(value)
+        except Exception as exc:
+            await self._fail(context, exc)
+
+    async def framed_control(
+        self, method: str, frames: AsyncIterator[Frame], context: grpc.aio.ServicerContext
+    ) -> Any:
+        """Serve a stream-in control method (RemoteCall, PropagateGradients)."""
+        caller = _caller_id(context)
+        asm = self._assembler(caller)
+        try:
+            async for frame in frames:
+                if asm.feed(frame):
+                    break
+            if asm.message is None or not asm.complete:
+                raise SerializationError(f"{method} stream ended before its last frame")
+        except GradwireError as exc:
+            await self._fail(context, exc)
+        return await self.control(method, asm.message, context)
+
+    async def fetch_rref(
+        self, request: Any, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Frame]:
+        """Serve FetchRRef: the handler's Reply, streamed in frames."""
+        first, buffers = await self.control("FetchRRef", request, context)
+        for out in split(first, buffers, self._agent.options.chunk_bytes):
+            yield out
+
+
+def debug_info_message(info: dict[str, Any]) -> pb.DebugInfo:
+    """The DebugInfo protobuf of ``Agent.debug_info()``."""
+    known = {
+        "worker",
+        "worker_id",
+        "state",
+        "calls_served",
+        "calls_in_flight",
+        "calls_failed",
+        "peers",
+    }
+    return pb.DebugInfo(
+        worker=info["worker"],
+        worker_id=info["worker_id"],
+        state=info["state"],
+        calls_served=info["calls_served"],
+        calls_in_flight=info["calls_in_flight"],
+        calls_failed=info["calls_failed"],
+        peers=[pb.PeerState(**p) for p in info["peers"]],
+        extra={k: str(v) for k, v in info.items() if k not in known},
+    )
+
+
+def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
+    """The generic handler of gradwire.v1.Worker with frame (de)serializers."""
+    f_in, f_out = decode_frame, encode_frame
+
+    def ser(m: Any) -> bytes:
+        return m.SerializeToString()  # type: ignore[no-any-return]
+
+    def unary_control(method: str, req: Any) -> grpc.RpcMethodHandler:
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await servicer.control(method, request, context)
+
+        return grpc.unary_unary_rpc_method_handler(handle, req.FromString, ser)
+
+    def framed(method: str) -> grpc.RpcMethodHandler:
+        async def handle(frames: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await servicer.framed_control(method, frames, context)
+
+        return grpc.stream_unary_rpc_method_handler(handle, f_in, ser)
+
+    handlers = {
+        "Call": grpc.unary_unary_rpc_method_handler(servicer.Call, f_in, f_out),
+        "PythonCall": grpc.stream_stream_rpc_method_handler(servicer.PythonCall, f_in, f_out),
+        "FetchReply": grpc.unary_stream_rpc_method_handler(
+            servicer.FetchReply, pb.FetchReplyRequest.FromString, f_out
+        ),
+        "Join": grpc.unary_unary_rpc_method_handler(servicer.Join, pb.JoinRequest.FromString, ser),
+        "Barrier": grpc.unary_unary_rpc_method_handler(
+            servicer.Barrier, pb.BarrierRequest.FromString, ser
+        ),
+        "GetDebugInfo": grpc.unary_unary_rpc_method_handler(
+            servicer.GetDebugInfo, pb.DebugInfoRequest.FromString, ser
+        ),
+        "WatchControl": grpc.unary_stream_rpc_method_handler(
+            servicer.WatchControl, pb.WatchRequest.FromString, ser
+        ),
+        "ForkRequest": unary_control("ForkRequest", pb.ForkRequest),
+        "ChildAck": unary_control("ChildAck", pb.ChildAck),
+        "RRefDelete": unary_control("RRefDelete", pb.RRefDelete),
+        "ReleaseContext": unary_control("ReleaseContext", pb.ReleaseContextRequest),
+        "RemoteCall": framed("RemoteCall"),
+        "PropagateGradients": framed("PropagateGradients"),
+        "FetchRRef": grpc.unary_stream_rpc_method_handler(
+            servicer.fetch_rref, pb.FetchRequest.FromString, f_out
+        ),
+    }
+    return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+
+__all__ += ["method_handlers", "debug_info_message"]
