@@ -28,34 +28,67 @@ _accumulate_lock = threading.Lock()
 
 
 class GraphTask:
-    """Bookkeeping of one backward pass."""
+    """Bookkeeping of one backward pass: dependencies, input buffers, the ready queue.
 
-    def __init__(self, retain_graph: bool, create_graph: bool) -> None:
+    ``execute`` runs one task start to finish. Distributed autograd keeps a task alive across
+    incoming gradient messages: ``add_roots`` / ``add_grad`` / ``release`` / ``run`` let it feed
+    gradients for send functions as they arrive.
+    """
+
+    def __init__(self, retain_graph: bool, create_graph: bool, leaf_sink: Callable[[Tensor, Tensor], None] | None = None) -> None:
         self.retain_graph = retain_graph
         self.create_graph = create_graph
+        self.leaf_sink = leaf_sink
         self.dependencies: dict[Node, int] = {}
         self.buffers: dict[Node, list[Any]] = {}
+        self.visited: set[Node] = set()
+        self.ready: list[Node] = []
+        self.queued: set[Node] = set()
         # For autograd.grad / backward(inputs=...): which (node, output_nr) to capture.
         self.capture: dict[tuple[Node, int], int] | None = None
         self.captured: list[Any] = []
         self.needed: set[Node] | None = None
 
+    def add_roots(self, roots: Iterable[Node]) -> None:
+        """Count the dependencies of everything reachable from ``roots`` not seen before."""
+        deps = self.dependencies
+        stack = [r for r in roots if r not in self.visited]
+        self.visited.update(stack)
+        while stack:
+            node = stack.pop()
+            for nxt, _ in node.next_functions:
+                if nxt is None:
+                    continue
+                deps[nxt] = deps.get(nxt, 0) + 1
+                if nxt not in self.visited:
+                    self.visited.add(nxt)
+                    stack.append(nxt)
 
-def _compute_dependencies(task: GraphTask, roots: Iterable[Node]) -> None:
-    deps = task.dependencies
-    seen: set[Node] = set()
-    stack = [r for r in roots]
-    for r in stack:
-        seen.add(r)
-    while stack:
-        node = stack.pop()
-        for nxt, _ in node.next_functions:
-            if nxt is None:
-                continue
-            deps[nxt] = deps.get(nxt, 0) + 1
-            if nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
+    def add_grad(self, node: Node, nr: int, grad: Any) -> None:
+        _add_to_buffer(self, node, nr, grad)
+
+    def release(self, node: Node, count: int = 1) -> None:
+        """Drop ``count`` dependencies of ``node``; queue it when none are left."""
+        left = self.dependencies.get(node, 0) - count
+        self.dependencies[node] = left
+        if left <= 0 and node not in self.queued:
+            self.queued.add(node)
+            self.ready.append(node)
+
+    def run(self) -> None:
+        """Execute ready nodes until none is left (nodes still waiting stay pending)."""
+        with set_grad_enabled(self.create_graph):
+            ready = self.ready
+            while ready:
+                node = ready.pop()
+                grads = self.buffers.pop(node, None) or [None] * node._num_outputs
+                outs = _run_node(self, node, grads, self.leaf_sink)
+                for (nxt, nr), g in zip(node.next_functions, outs):
+                    if nxt is None:
+                        continue
+                    if g is not None:
+                        _add_to_buffer(self, nxt, nr, g)
+                    self.release(nxt)
 
 
 def _needed_nodes(roots: Iterable[Node], targets: set[Node]) -> set[Node]:
@@ -115,10 +148,10 @@ def execute(
     Returns:
         The captured gradients, in ``capture`` order (empty when capture is None).
     """
-    task = GraphTask(retain_graph, create_graph)
+    task = GraphTask(retain_graph, create_graph, leaf_sink)
     root_nodes = [n for n, _, _ in roots]
     all_roots = root_nodes + [n for n in extra_roots if n not in root_nodes]
-    _compute_dependencies(task, all_roots)
+    task.add_roots(all_roots)
     if capture is not None:
         task.capture = {}
         for i, key in enumerate(capture):
@@ -126,24 +159,10 @@ def execute(
         task.captured = [None] * len(capture)
         task.needed = _needed_nodes(all_roots, {n for n, _ in capture})
     for node, nr, grad in roots:
-        _add_to_buffer(task, node, nr, grad)
-    ready = [n for n in all_roots if task.dependencies.get(n, 0) == 0]
-    seen_ready = set(ready)
-    with set_grad_enabled(create_graph):
-        while ready:
-            node = ready.pop()
-            grads = task.buffers.pop(node, None) or [None] * node._num_outputs
-            outs = _run_node(task, node, grads, leaf_sink)
-            for (nxt, nr), g in zip(node.next_functions, outs):
-                if nxt is None:
-                    continue
-                if g is not None:
-                    _add_to_buffer(task, nxt, nr, g)
-                left = task.dependencies[nxt] - 1
-                task.dependencies[nxt] = left
-                if left == 0 and nxt not in seen_ready:
-                    seen_ready.add(nxt)
-                    ready.append(nxt)
+        task.add_grad(node, nr, grad)
+    for n in all_roots:
+        task.release(n, 0)
+    task.run()
     return task.captured
 
 
@@ -184,7 +203,7 @@ def _run_node(task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any) -> 
         if task.capture is None and grads[0] is not None:
             _accumulate(node.variable, grads[0], task.create_graph, leaf_sink)
         return ()
-    if all(g is None for g in grads):
+    if not node.run_without_grads and all(g is None for g in grads):
         return (None,) * len(node.next_functions)
     with node._lock:
         node._check_not_released()

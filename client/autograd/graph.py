@@ -238,6 +238,9 @@ class Node:
     _post_hooks: list[Callable[..., Any]] | None = None
     _retain_grad_hooks: dict[int, Callable[..., Any]] | None = None
     _num_outputs = 1
+    # Most nodes are skipped when no gradient reaches them; a recv function still must tell
+    # its peer (distributed autograd), so it sets this.
+    run_without_grads = False
     _output_meta: list[tuple[Any, Any, Any]] | tuple[()] = ()  # (shape, dtype, device) per output
 
     @property
