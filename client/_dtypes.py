@@ -26,7 +26,7 @@ class dtype:
 
     @property
     def itemsize(self) -> int:
-        return int(self.np.itemsize)
+        return self.np.itemsize  # not int(): this module rebinds `int` to gradwire.int32
 
     def __repr__(self) -> str:
         return f"gradwire.{self.name}"

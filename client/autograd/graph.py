@@ -299,15 +299,21 @@ class Node:
         return value
 
     def release_saved(self) -> None:
-        """Free saved values (after a backward pass without retain_graph)."""
+        """Free saved tensors (after a backward pass without retain_graph).
+
+        Only tensors are freed, as in PyTorch: a node that saved none (AddBackward0 keeps
+        shapes and alpha) can be walked again, and ``_saved_dim`` stays readable.
+        """
         if self._saved is None:
             return
-        self._released = True
-        for k, v in self._saved.items():
+        for v in self._saved.values():
             if isinstance(v, SavedTensor):
                 v.release()
-            else:
-                self._saved[k] = _RELEASED
+                self._released = True
+            elif isinstance(v, list):  # a custom Function's save_for_backward
+                for s in v:
+                    s.release()
+                    self._released = True
 
     def _check_not_released(self) -> None:
         if self._released:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import zlib
 
+import gradwire as gw
 import numpy as np
 import pytest
-
-import gradwire as gw
 from gradwire.autograd import gradcheck, gradgradcheck
 from gradwire.autograd.gradcheck import GradcheckError
 

@@ -8,10 +8,9 @@ mismatch means a wrong backward, a wrong unbroadcast or a wrong graph walk, not 
 
 from __future__ import annotations
 
+import gradwire as gw
 import numpy as np
 import pytest
-
-import gradwire as gw
 from gradwire.autograd import gradcheck
 
 N_GRAPHS = 300
