@@ -129,7 +129,8 @@ class Transport:
         self._stubs: dict[str, _Stubs] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self.metadata: tuple[tuple[str, str], ...] = (("x-gradwire-caller", str(caller_id)),)
+        self.metadata: tuple[tuple[str, str], ...] = ()
+        self.set_token(options.token, caller_id)
 
     def set_token(self, token: str | None, caller_id: int) -> None:
         """Attach the cluster token to every later call."""

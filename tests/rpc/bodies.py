@@ -1,0 +1,124 @@
+"""Functions run on spawned workers by the cluster tests (module-level so they resolve by name)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from gradwire.distributed import rpc
+from gradwire.futures import Future, wait_all
+
+_state: dict[str, Any] = {}
+
+
+def whoami() -> str:
+    return rpc.get_worker_info().name
+
+
+def add(a: Any, b: Any) -> Any:
+    return a + b
+
+
+def sleep_then(seconds: float, value: Any = None) -> Any:
+    time.sleep(seconds)
+    return value
+
+
+def die() -> None:
+    os._exit(17)
+
+
+def chain(path: list[int], payload: np.ndarray) -> list[str]:
+    """Call the next rank of ``path`` with rpc_sync (blocking inside a handler)."""
+    me = rpc.get_worker_info().name
+    if not path:
+        return [me]
+    rest = rpc.rpc_sync(path[0], chain, (path[1:], payload + 1))
+    return [me, *rest]
+
+
+def mark(key: str) -> None:
+    _state[key] = time.time()
+
+
+def seen(key: str) -> bool:
+    return key in _state
+
+
+# -- bodies --------------------------------------------------------------------------------------
+
+
+def all_to_all(rank: int, world_size: int) -> list[str]:
+    futs = [rpc.rpc_async(r, whoami) for r in range(world_size)]
+    names = wait_all(futs)
+    assert names == [f"worker{r}" for r in range(world_size)], names
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = rpc.rpc_sync((rank + 1) % world_size, add, (x, x))
+    np.testing.assert_array_equal(got, x + x)
+    return names
+
+
+def nested_chains(rank: int, world_size: int, chains: int, depth: int) -> int:
+    if rank != 0:
+        return 0
+    payload = np.ones(4)
+    futs: list[Future[Any]] = []
+    for i in range(chains):
+        start = i % world_size
+        path = [(start + k) % world_size for k in range(1, depth)]
+        futs.append(rpc.rpc_async(start, chain, (path, payload), timeout=60))
+    results = wait_all(futs, timeout=90)
+    assert all(len(r) == depth for r in results), results[:3]
+    return len(results)
+
+
+def kill_peer_mid_call(rank: int, world_size: int) -> str:
+    if rank == 1:
+        time.sleep(30)  # killed by rank 0's call long before
+        return "not killed"
+    started = time.monotonic()
+    try:
+        rpc.rpc_sync("worker1", die, timeout=20)
+    except rpc_errors().WorkerUnavailableError as exc:
+        elapsed = time.monotonic() - started
+        assert elapsed < 10, elapsed
+        rpc.shutdown(graceful=False)
+        return f"{type(exc).__name__}: {exc}"
+    raise AssertionError("call to a dying worker did not fail")
+
+
+def shutdown_with_calls_in_flight(rank: int, world_size: int) -> list[Any]:
+    if rank == 0:
+        futs = [rpc.rpc_async(1, sleep_then, (0.5, i)) for i in range(8)]
+        rpc.shutdown(graceful=True, timeout=30)  # waits for the calls it made
+        return [f.wait() for f in futs]
+    return []
+
+
+def nongraceful_shutdown_fails_pending(rank: int, world_size: int) -> str:
+    if rank == 0:
+        fut = rpc.rpc_async(1, sleep_then, (3.0, "late"))
+        time.sleep(0.2)
+        rpc.shutdown(graceful=False)
+        try:
+            fut.wait()
+        except rpc_errors().RpcShutdownError as exc:
+            return str(exc)
+        raise AssertionError("pending call survived a non-graceful shutdown")
+    time.sleep(1.0)  # stay up so the pending call is genuinely in flight
+    rpc.shutdown(graceful=False)
+    return ""
+
+
+def rpc_errors() -> Any:
+    import gradwire.errors
+
+    return gradwire.errors
+
+
+def threads_seen(rank: int, world_size: int) -> dict[str, Any]:
+    return {"threads": threading.active_count(), "debug": rpc.get_debug_info()}
