@@ -8,7 +8,6 @@ import time
 from typing import Any
 
 import numpy as np
-
 from gradwire.distributed import rpc
 from gradwire.futures import Future, wait_all
 

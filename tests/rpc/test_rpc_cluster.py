@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gradwire.distributed.rpc._testing import run_cluster
 
 from . import bodies

@@ -1,0 +1,90 @@
+"""Agents started and stopped by the test itself: lifecycle, init errors, limits, chunking."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+import pytest
+from gradwire import errors
+from gradwire.distributed import rpc
+
+from .conftest import solo_options
+from .test_rpc_local import async_chain, echo
+
+
+def test_large_payload_streams_in_chunks_both_ways() -> None:
+    rpc.init_rpc("chunky", 0, 1, solo_options(chunk_bytes=1 << 20))
+    try:
+        big = np.random.default_rng(0).standard_normal((3 << 20) // 8)  # 3 MiB, 3+ frames
+        np.testing.assert_array_equal(rpc.rpc_sync("chunky", echo, (big,)), big)
+        # Small request, large reply: the reply is parked and fetched as a stream.
+        np.testing.assert_array_equal(
+            rpc.rpc_sync("chunky", np.ones, ((1 << 19,),)), np.ones(1 << 19)
+        )
+        fut = rpc.rpc_async("chunky", echo, (big,))
+        np.testing.assert_array_equal(fut.wait(), big)
+    finally:
+        rpc.shutdown()
+
+
+def test_message_size_limit_is_a_clear_error() -> None:
+    rpc.init_rpc("small", 0, 1, solo_options(max_message_bytes=1 << 16))
+    try:
+        with pytest.raises(errors.MessageTooLargeError, match="max_message_bytes"):
+            rpc.rpc_async("small", echo, (np.zeros(1 << 14),))
+        with pytest.raises(errors.MessageTooLargeError, match="max_message_bytes"):
+            rpc.rpc_sync("small", np.zeros, ((1 << 14,),))
+    finally:
+        rpc.shutdown()
+
+
+def test_async_execution_holds_no_serving_thread() -> None:
+    rpc.init_rpc("onethread", 0, 1, solo_options(num_worker_threads=1))
+    try:
+        futs = [rpc.rpc_async("onethread", async_chain, (i,)) for i in range(32)]
+        assert [f.wait() for f in futs] == [(i + 1) * 2 for i in range(32)]
+        assert rpc.get_debug_info()["serving_threads"] <= 4
+    finally:
+        rpc.shutdown()
+
+
+def test_use_before_init_and_after_shutdown_and_reinit() -> None:
+    with pytest.raises(errors.RpcNotInitializedError, match="init_rpc"):
+        rpc.rpc_sync("x", operator.add, (1, 2))
+    rpc.init_rpc("first", 0, 1, solo_options())
+    with pytest.raises(errors.RpcInitError, match="already initialized"):
+        rpc.init_rpc("again", 0, 1, solo_options())
+    assert rpc.rpc_sync("first", operator.add, (1, 2)) == 3
+    rpc.shutdown()
+    with pytest.raises(errors.RpcNotInitializedError, match="shut down"):
+        rpc.rpc_async("first", operator.add, (1, 2))
+    with pytest.raises(errors.RpcNotInitializedError):
+        rpc.get_worker_info()
+    rpc.init_rpc("second", 0, 1, solo_options())
+    assert rpc.rpc_sync("second", operator.add, (2, 2)) == 4
+    rpc.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"name": "", "rank": 0, "world_size": 1}, "invalid worker name"),
+        ({"name": "a b", "rank": 0, "world_size": 1}, "invalid worker name"),
+        ({"name": "x" * 128, "rank": 0, "world_size": 1}, "invalid worker name"),
+        ({"name": "ok", "rank": 1.5, "world_size": 2}, "rank must be an int"),
+        ({"name": "ok", "rank": 2, "world_size": 2}, "out of range"),
+        ({"name": "ok", "rank": 0, "world_size": 0}, "world_size must be at least 1"),
+    ],
+)
+def test_init_argument_errors(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(errors.RpcInitError, match=match):
+        rpc.init_rpc(**kwargs, rpc_backend_options=solo_options())
+
+
+def test_non_loopback_listener_requires_a_token() -> None:
+    opts = solo_options(token=None, listen_address="0.0.0.0:0")
+    opts.token = None
+    with pytest.raises(errors.RpcInitError, match="without authentication"):
+        rpc.init_rpc("exposed", 0, 1, opts)
