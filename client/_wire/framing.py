@@ -23,6 +23,7 @@ __all__ = [
     "Frame",
     "Message",
     "Assembler",
+    "byte_view",
     "encode_frame",
     "decode_frame",
     "split",
@@ -61,6 +62,16 @@ class Message:
     arrays: list[np.ndarray] = field(default_factory=list)
 
 
+def byte_view(buf: Any) -> memoryview:
+    """A flat unsigned-byte view of a C-contiguous buffer (empty buffers included)."""
+    view = memoryview(buf)
+    if view.nbytes == 0:
+        return memoryview(b"")
+    if view.ndim == 1 and view.format == "B":
+        return view
+    return view.cast("B")
+
+
 def encode_frame(frame: Frame) -> bytes:
     """Serialize a frame (the gRPC request/response serializer)."""
     head = frame.header.SerializeToString()
@@ -95,7 +106,7 @@ def split(first: pb.FrameHeader, buffers: Sequence[Any], chunk_bytes: int) -> It
     Yields:
         Frames; the first carries ``first``, the last has ``last`` set.
     """
-    views = [memoryview(b).cast("B") for b in buffers]
+    views = [byte_view(b) for b in buffers]
     total = sum(v.nbytes for v in views)
     offset, i, pos = 0, 0, 0
     header = first
@@ -154,7 +165,7 @@ class Assembler:
         if h.offset != self._expected:
             raise SerializationError(f"frame at offset {h.offset}, expected {self._expected}")
         for chunk in frame.raw:
-            self._copy(memoryview(chunk).cast("B"))
+            self._copy(byte_view(chunk))
         if h.last:
             if self._expected != self._total:
                 raise SerializationError(

@@ -55,6 +55,8 @@ class EncodeContext:
     tensors: list[tuple[pb.TensorMeta, memoryview]] = field(default_factory=list)
     rrefs: list[pb.RRefForkData] = field(default_factory=list)
     objects: dict[str, list[Any]] = field(default_factory=dict)
+    #: id(obj) -> persistent id, so an object referenced twice travels once (and keeps aliasing).
+    memo: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,6 +78,8 @@ class DecodeContext:
     peer: str = ""
     worker: str = ""
     objects: dict[str, list[Any]] = field(default_factory=dict)
+    #: persistent id -> rebuilt object (the same reference twice yields the same object).
+    memo: dict[Any, Any] = field(default_factory=dict)
 
 
 Encoder = Callable[[Any, EncodeContext], Any]
@@ -163,7 +167,14 @@ class _Pickler(pickle.Pickler):
 
     def persistent_id(self, obj: Any) -> Any:
         encode = _encoder_for(type(obj))
-        return None if encode is None else encode(obj, self._ctx)
+        if encode is None:
+            return None
+        pid = self._ctx.memo.get(id(obj))
+        if pid is None:
+            pid = encode(obj, self._ctx)
+            if pid is not None:
+                self._ctx.memo[id(obj)] = pid
+        return pid
 
 
 class _Unpickler(pickle.Unpickler):
@@ -177,7 +188,15 @@ class _Unpickler(pickle.Unpickler):
     def persistent_load(self, pid: Any) -> Any:
         if not isinstance(pid, tuple) or not pid or pid[0] not in _decoders:
             raise SerializationError(f"unknown side-table reference {pid!r} in payload")
-        return _decoders[pid[0]](pid, self._ctx)
+        try:
+            return self._ctx.memo[pid]
+        except (KeyError, TypeError):
+            obj = _decoders[pid[0]](pid, self._ctx)
+        try:
+            self._ctx.memo[pid] = obj
+        except TypeError:  # unhashable reference: no aliasing
+            pass
+        return obj
 
 
 def dumps(obj: Any, ctx: EncodeContext) -> bytes:

@@ -1,0 +1,72 @@
+"""The serving pool: bounded runnable threads, slots released while a thread blocks."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from gradwire._runtime.pool import ServingPool
+from gradwire.futures import Future
+
+
+def test_runs_at_most_n_at_once() -> None:
+    pool = ServingPool(2)
+    lock = threading.Lock()
+    running = [0]
+    peak = [0]
+
+    def work() -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+
+    futs = [pool.submit(work) for _ in range(10)]
+    for f in futs:
+        f.result(5)
+    assert peak[0] == 2
+    pool.close()
+
+
+def test_a_blocked_handler_gives_its_slot_to_queued_work() -> None:
+    pool = ServingPool(1)
+    gate: Future[str] = Future()
+    # The only slot is taken by a task that waits for a second task to open the gate.
+    waiting = pool.submit(gate.wait)
+    opener = pool.submit(lambda: gate.set_result("open"))
+    assert waiting.result(5) == "open"
+    opener.result(5)
+    pool.close()
+
+
+def test_nested_waits_many_levels_deep() -> None:
+    pool = ServingPool(1)
+
+    def level(n: int) -> int:
+        if n == 0:
+            return 0
+        inner = pool.submit(level, n - 1)
+        f: Future[int] = Future()
+        inner.add_done_callback(lambda c: f.set_result(c.result()))
+        return f.wait() + 1
+
+    assert pool.submit(level, 30).result(10) == 30
+    pool.close()
+
+
+def test_closed_pool_refuses_work() -> None:
+    pool = ServingPool(1)
+    pool.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.submit(print)
+
+
+def test_exceptions_reach_the_future() -> None:
+    pool = ServingPool(1)
+    with pytest.raises(ZeroDivisionError):
+        pool.submit(lambda: 1 // 0).result(5)
+    pool.close()

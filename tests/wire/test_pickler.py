@@ -1,0 +1,161 @@
+"""The side-table pickler, the restricted unpickler, the policy and the exception codec."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gradwire._proto import worker_pb2 as pb
+from gradwire._tensor import Tensor
+from gradwire._wire import calls
+from gradwire._wire.exceptions import decode_exception, encode_exception
+from gradwire._wire.framing import Assembler, decode_frame, encode_frame, split
+from gradwire._wire.pickler import DecodeContext, EncodeContext, dumps, loads
+from gradwire._wire.policy import CallablePolicy
+from gradwire.errors import PolicyError, RemoteError, SerializationError
+
+POLICY = CallablePolicy()
+
+
+def _through_wire(obj: Any, policy: CallablePolicy = POLICY, chunk: int = 64) -> tuple[Any, EncodeContext, bytes]:
+    ctx = EncodeContext(peer="w1")
+    first, buffers = calls.encode_body(pb.FrameHeader(call=pb.CallHeader()), obj, ctx)
+    asm = Assembler(1 << 30)
+    for f in split(first, buffers, chunk):
+        asm.feed(decode_frame(encode_frame(f)))
+    assert asm.message is not None
+    body, _ = calls.decode_body(asm.message, {"policy": policy, "peer": "w0", "worker": "w1"})
+    return body, ctx, bytes(buffers[0])
+
+
+def test_tensor_data_never_enters_the_pickle() -> None:
+    data = np.full(1000, 7.0)
+    t = Tensor._wrap(np.arange(12.0).reshape(3, 4), requires_grad=True)
+    body, ctx, pickled = _through_wire({"arr": data, "t": t, "n": 3})
+    assert len(pickled) < 200  # 8 KB of array data went to the side table
+    assert data.tobytes() not in pickled
+    assert [m.kind for m, _ in ctx.tensors] == ["ndarray", "tensor"]
+    np.testing.assert_array_equal(body["arr"], data)
+    assert isinstance(body["t"], Tensor) and body["t"].requires_grad
+    np.testing.assert_array_equal(body["t"].detach().numpy(), t.detach().numpy())
+    assert body["n"] == 3
+
+
+def test_a_view_sends_only_its_elements_and_keeps_its_shape() -> None:
+    base = np.arange(10_000, dtype=np.int64).reshape(100, 100)
+    view = base[10:12, ::25]
+    body, ctx, _ = _through_wire(view)
+    meta, buf = ctx.tensors[0]
+    assert meta.nbytes == view.size * 8 == buf.nbytes
+    assert tuple(meta.shape) == (2, 4)
+    np.testing.assert_array_equal(body, view)
+
+
+def test_tensor_view_keeps_shape() -> None:
+    t = Tensor._wrap(np.arange(24.0).reshape(4, 6)[:, 1::2])
+    body, ctx, _ = _through_wire(t)
+    assert tuple(ctx.tensors[0][0].shape) == (4, 3)
+    np.testing.assert_array_equal(body.numpy(), t.numpy())
+
+
+def test_shared_tensor_is_sent_once_and_arrives_shared() -> None:
+    a = np.ones(100)
+    body, ctx, _ = _through_wire([a, a])
+    assert len(ctx.tensors) == 1  # pickle memoizes the persistent id
+    assert body[0] is body[1]
+
+
+def test_object_arrays_fall_back_to_restricted_pickle() -> None:
+    arr = np.array([1, "x", None], dtype=object)
+    body, ctx, _ = _through_wire(arr)
+    assert ctx.tensors == [] and list(body) == [1, "x", None]
+
+
+@pytest.mark.parametrize(
+    "obj", [os.system, eval, subprocess.Popen, getattr, np.load, pickle.loads]
+)
+def test_restricted_unpickler_refuses_dangerous_globals(obj: Any) -> None:
+    data = pickle.dumps(obj)
+    with pytest.raises(PolicyError, match="refused by the callable policy"):
+        loads(data, DecodeContext(POLICY, pb.Payload(), []))
+
+
+def test_origin_is_checked_not_just_the_name() -> None:
+    # tests.wire.test_pickler:os.system would pass a module-name check; its origin is posix.
+    with pytest.raises(PolicyError, match="system is refused"):
+        POLICY.resolve(__name__, "os.system")
+    with pytest.raises(PolicyError):
+        POLICY.resolve("builtins", "object.__subclasses__")
+
+
+def test_policy_patterns_and_trust_switch() -> None:
+    assert not POLICY.allows("json", "dumps")
+    assert CallablePolicy(allow=("json",)).allows("json", "dumps")
+    assert CallablePolicy(allow=("json:dumps",)).allows("json", "dumps")
+    assert not CallablePolicy(allow=("json:dumps",)).allows("json", "loads")
+    assert not CallablePolicy(allow_user_modules=False).allows(__name__, "test_policy_patterns_and_trust_switch")
+    assert POLICY.allows(__name__, "test_policy_patterns_and_trust_switch")
+    assert CallablePolicy(trust_everything=True).allows("os", "system")
+
+
+def test_unresolvable_name_names_the_worker() -> None:
+    with pytest.raises(SerializationError, match="does not resolve on worker 'w9'"):
+        POLICY.resolve(__name__, "no_such_function", worker="w9")
+
+
+class Box:
+    def get(self) -> int:
+        return 1
+
+
+def test_function_names_of_every_callable_form() -> None:
+    assert calls.function_name(len) == ("builtins:len", None)
+    assert calls.function_name(Box) == (f"{__name__}:Box", None)
+    box = Box()
+    assert calls.function_name(box.get) == (f"{__name__}:Box.get", box)
+    assert calls.function_name("ab".upper) == ("builtins:str.upper", "ab")
+    with pytest.raises(SerializationError, match="lambda"):
+        calls.function_name(lambda: 0)
+
+
+def test_unpicklable_argument_is_a_serialization_error() -> None:
+    import threading
+
+    with pytest.raises(SerializationError, match="for worker 'w1'"):
+        dumps(threading.Lock(), EncodeContext(peer="w1"))
+
+
+class AppError(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(f"code {code}")
+        self.code = code
+
+
+def test_exception_rebuilt_as_original_type_and_remote_error() -> None:
+    try:
+        raise AppError(5)
+    except AppError as exc:
+        encoded = encode_exception(exc, "w3")
+    err = decode_exception(encoded, POLICY)
+    assert isinstance(err, AppError) and isinstance(err, RemoteError)
+    assert err.code == 5 and err.worker == "w3"
+    assert "code 5" in str(err) and "worker 'w3'" in str(err) and "raise AppError(5)" in str(err)
+    # It can travel on through another call and still be rebuilt there.
+    again = decode_exception(encode_exception(err, "w4"), POLICY)
+    assert isinstance(again, AppError) and again.worker == "w4"
+    assert "caused on worker 'w3'" in again.remote_traceback
+
+
+def test_exception_of_a_refused_type_is_a_plain_remote_error() -> None:
+    try:
+        raise AppError(1)
+    except AppError as exc:
+        encoded = encode_exception(exc, "w3")
+    err = decode_exception(encoded, CallablePolicy(allow_user_modules=False))
+    assert type(err) is RemoteError and err.remote_type.endswith(":AppError")
+    assert "code 1" in str(err)
