@@ -7,7 +7,6 @@ import threading
 import time
 
 import pytest
-
 from gradwire.errors import FuturePicklingError, InvalidFutureStateError
 from gradwire.futures import Future, collect_all, wait_all
 

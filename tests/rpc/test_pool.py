@@ -6,7 +6,6 @@ import threading
 import time
 
 import pytest
-
 from gradwire._runtime.pool import ServingPool
 from gradwire.futures import Future
 
