@@ -121,3 +121,9 @@ def rpc_errors() -> Any:
 
 def threads_seen(rank: int, world_size: int) -> dict[str, Any]:
     return {"threads": threading.active_count(), "debug": rpc.get_debug_info()}
+
+
+def addresses_used(rank: int, world_size: int) -> list[str]:
+    from gradwire._runtime import agent
+
+    return [p.address for p in agent.current().peers]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gradwire.distributed.rpc._testing import run_cluster
+from gradwire.distributed.rpc._testing import free_port, run_cluster
 
 from . import bodies
 
@@ -38,3 +38,61 @@ def test_graceful_shutdown_finishes_calls_in_flight() -> None:
 def test_nongraceful_shutdown_fails_pending_calls() -> None:
     results = run_cluster(2, bodies.nongraceful_shutdown_fails_pending)
     assert "shut down while the call was pending" in results[0].value
+
+
+def test_env_rendezvous_and_generated_token() -> None:
+    # No GRADWIRE_TOKEN: rank 0 generates one and hands it out at the rendezvous.
+    port = free_port()
+    results = run_cluster(
+        3,
+        bodies.all_to_all,
+        options={"init_method": "env://"},
+        env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GRADWIRE_TOKEN": ""},
+    )
+    assert all(r.value == ["worker0", "worker1", "worker2"] for r in results)
+
+
+def test_static_address_list() -> None:
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    results = run_cluster(2, bodies.addresses_used, options={"init_method": addresses})
+    assert results[0].value == addresses
+
+
+def test_duplicate_names_are_rejected_clearly() -> None:
+    results = run_cluster(
+        3,
+        bodies.all_to_all,
+        names=["a", "b", "a"],
+        expect_failure={0, 1, 2},
+        options={"init_timeout": 10},
+        timeout=30,
+    )
+    errors = [r.error or "" for r in results]
+    assert any("duplicate worker name 'a'" in e for e in errors), errors
+    assert all("RpcInitError" in e for e in errors), errors
+
+
+def test_wrong_token_cannot_join() -> None:
+    results = run_cluster(
+        2,
+        bodies.all_to_all,
+        rank_env={1: {"GRADWIRE_TOKEN": "not-the-token"}},
+        expect_failure={0, 1},
+        options={"init_timeout": 5},
+        timeout=30,
+    )
+    assert "wrong cluster token" in (results[1].error or "")
+    assert "ranks [1] never joined" in (results[0].error or "")
+
+
+def test_world_size_mismatch() -> None:
+    results = run_cluster(
+        2,
+        bodies.all_to_all,
+        rank_options={1: {"init_timeout": 10}},
+        expect_failure={0, 1},
+        options={"init_timeout": 10},
+        timeout=30,
+        world_size_override={1: 3},
+    )
+    assert any("expects world_size 3" in (r.error or "") for r in results)

@@ -88,3 +88,20 @@ def test_non_loopback_listener_requires_a_token() -> None:
     opts.token = None
     with pytest.raises(errors.RpcInitError, match="without authentication"):
         rpc.init_rpc("exposed", 0, 1, opts)
+
+
+def test_in_flight_limit_per_peer_is_a_clear_error() -> None:
+    from .test_rpc_local import slow
+
+    rpc.init_rpc("limited", 0, 1, solo_options(max_in_flight_per_peer=2))
+    try:
+        busy = [rpc.rpc_async("limited", slow, (0.5,)) for _ in range(2)]
+        import time
+
+        time.sleep(0.2)
+        with pytest.raises(errors.TooManyRequestsError, match="max_in_flight_per_peer"):
+            rpc.rpc_sync("limited", operator.add, (1, 2))
+        assert [f.wait() for f in busy] == ["done", "done"]
+        assert rpc.rpc_sync("limited", operator.add, (1, 2)) == 3
+    finally:
+        rpc.shutdown()

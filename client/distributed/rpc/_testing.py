@@ -59,6 +59,7 @@ def _worker(
     env: dict[str, str],
     results: Any,
     shutdown_graceful: bool,
+    name: str,
 ) -> None:
     os.environ.update(env)
     import logging
@@ -67,9 +68,7 @@ def _worker(
     from gradwire.distributed import rpc
 
     try:
-        rpc.init_rpc(
-            f"worker{rank}", rank, world_size, rpc.GrpcRpcBackendOptions(**options)
-        )
+        rpc.init_rpc(name, rank, world_size, rpc.GrpcRpcBackendOptions(**options))
         value = body(rank, world_size, *args)
         if rpc.is_initialized():
             rpc.shutdown(graceful=shutdown_graceful)
@@ -87,6 +86,10 @@ def run_cluster(
     env: dict[str, str] | None = None,
     expect_failure: set[int] | frozenset[int] = frozenset(),
     shutdown_graceful: bool = True,
+    names: list[str] | None = None,
+    rank_env: dict[int, dict[str, str]] | None = None,
+    rank_options: dict[int, dict[str, Any]] | None = None,
+    world_size_override: dict[int, int] | None = None,
 ) -> list[WorkerResult]:
     """Run ``body(rank, world_size, *args)`` on ``world_size`` fresh worker processes.
 
@@ -99,6 +102,10 @@ def run_cluster(
         env: extra environment of the workers (``GRADWIRE_TOKEN`` defaults to a fresh token).
         expect_failure: ranks allowed to fail or die (e.g. a worker the test kills).
         shutdown_graceful: how workers shut down after ``body``.
+        names: worker names (default ``worker{rank}``).
+        rank_env: extra environment for single ranks.
+        rank_options: option overrides for single ranks.
+        world_size_override: a wrong world size for single ranks (rendezvous tests).
 
     Returns:
         One WorkerResult per rank.
@@ -108,12 +115,26 @@ def run_cluster(
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    opts = {"init_method": f"tcp://127.0.0.1:{free_port()}", "init_timeout": timeout, **(options or {})}
+    opts = {
+        "init_method": f"tcp://127.0.0.1:{free_port()}",
+        "init_timeout": timeout,
+        **(options or {}),
+    }
     worker_env = {"GRADWIRE_TOKEN": secrets.token_hex(16), **(env or {})}
     procs = [
         ctx.Process(
             target=_worker,
-            args=(r, world_size, body, args, opts, worker_env, results, shutdown_graceful),
+            args=(
+                r,
+                (world_size_override or {}).get(r, world_size),
+                body,
+                args,
+                {**opts, **(rank_options or {}).get(r, {})},
+                {**worker_env, **(rank_env or {}).get(r, {})},
+                results,
+                shutdown_graceful,
+                (names or [f"worker{i}" for i in range(world_size)])[r],
+            ),
             name=f"worker{r}",
             daemon=True,
         )
@@ -150,14 +171,17 @@ def run_cluster(
         else:
             out[procs.index(p)].exitcode = p.exitcode
     problems = [
-        r for r in out.values()
+        r
+        for r in out.values()
         if r.rank not in expect_failure and (r.error is not None or r.rank not in got)
     ]
     if problems:
         lines = []
         for r in out.values():
-            state = "ok" if r.rank in got and r.error is None else (
-                f"raised:\n{r.error}" if r.error else f"no result (exit code {r.exitcode})"
+            state = (
+                "ok"
+                if r.rank in got and r.error is None
+                else (f"raised:\n{r.error}" if r.error else f"no result (exit code {r.exitcode})")
             )
             lines.append(f"--- rank {r.rank}: {state}")
         raise ClusterError("cluster run failed:\n" + "\n".join(lines))
