@@ -1,7 +1,9 @@
 """Shared-memory segments: the one place that creates, maps, hands over and frees them.
 
-A :class:`Segment` is an ``mmap`` of shared memory; NumPy arrays built with
-:meth:`Segment.ndarray` keep it mapped, and :func:`segment_of` finds the segment behind any such
+A :class:`Segment` is a mapping of shared memory (a ctypes byte array placed on memory mapped
+with ``mmap(2)``; Python's ``mmap`` module is not used because it keeps a duplicate of the
+descriptor open for the mapping's lifetime); NumPy arrays built with :meth:`Segment.ndarray`
+keep it mapped, and :func:`segment_of` finds the segment behind any such
 array (or a view of one). Two kinds exist:
 
 ``file_descriptor`` (anonymous)
@@ -22,7 +24,10 @@ Pickling a Segment with ``multiprocessing.reduction.ForkingPickler`` does either
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import fcntl
+import functools
 import logging
 import mmap
 import os
@@ -74,8 +79,12 @@ except ImportError:  # pragma: no cover - every POSIX CPython has it
         os.unlink(os.path.join(_shm_manager.SHM_DIR, name))
 
 
-class Segment(mmap.mmap):
+class Segment:
     """A shared-memory block mapped into this process (build with :func:`create` or attach).
+
+    Instances are ctypes byte arrays over the mapping (a per-length subclass mixes this class
+    in), so they export the buffer protocol and NumPy views keep them alive; the memory is
+    unmapped when the last reference goes.
 
     Attributes:
         seg_id: a name unique across processes; the same memory has the same id everywhere.
@@ -90,11 +99,13 @@ class Segment(mmap.mmap):
     name: str | None
     offset: int
     _fd: int | None
+    _addr: int
+    _length: int
 
     @property
     def address(self) -> int:
         """The address of the first payload byte in this process."""
-        return int(np.frombuffer(self, np.uint8, count=1, offset=self.offset).ctypes.data)
+        return ctypes.addressof(self) + self.offset  # type: ignore[arg-type]
 
     def ndarray(
         self,
@@ -151,7 +162,7 @@ class Segment(mmap.mmap):
         """
         if self._fd is None:
             start = self.address - self.offset
-            end = start + -(-len(self) // mmap.PAGESIZE) * mmap.PAGESIZE
+            end = start + -(-len(self) // mmap.PAGESIZE) * mmap.PAGESIZE  # type: ignore[arg-type]
             try:
                 self._fd = os.open(
                     f"/proc/self/map_files/{start:x}-{end:x}", os.O_RDWR | os.O_CLOEXEC
@@ -323,13 +334,41 @@ def _anonymous_fd(seg_id: str) -> int:
     return fd
 
 
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+@functools.lru_cache(maxsize=4096)
+def _segment_class(length: int) -> type[Segment]:
+    return type("Segment", (Segment, ctypes.c_ubyte * length), {"__slots__": ()})
+
+
 def _map(fd: int, seg_id: str, size: int, kind: str, name: str | None, keep_fd: bool) -> Segment:
     offset = _HEADER if kind == FILE_SYSTEM else 0
-    seg = Segment(fd, offset + max(size, 1))
+    length = offset + max(size, 1)
+    prot = mmap.PROT_READ | mmap.PROT_WRITE
+    addr = _libc.mmap(None, length, prot, mmap.MAP_SHARED, fd, 0)
+    if addr is None or addr == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap of shared-memory segment {seg_id} failed: {os.strerror(err)}")
+    seg = _segment_class(length).from_address(addr)  # type: ignore[attr-defined]
     seg.seg_id, seg.size, seg.kind, seg.name, seg.offset = seg_id, size, kind, name, offset
-    seg._fd = os.dup(fd) if keep_fd else None
-    if keep_fd:
-        os.set_inheritable(seg._fd, False)
+    seg._fd = fd if keep_fd else None  # keep_fd: the segment now owns fd
+    seg._addr, seg._length = addr, length
+    # Unmapping at interpreter exit could pull memory from under arrays still in use by other
+    # exit handlers, so only the count/descriptor release runs then.
+    unmap = weakref.finalize(seg, _libc.munmap, addr, length)
+    unmap.atexit = False
     _rearm_finalizer(seg)
     with _lock:
         _live[seg_id] = seg
@@ -340,7 +379,9 @@ def _rearm_finalizer(seg: Segment) -> None:
     old = getattr(seg, "_finalizer", None)
     if old is not None:
         old.detach()
-    seg._finalizer = weakref.finalize(seg, _release, os.getpid(), seg.kind, seg._fd, seg.name)  # type: ignore[attr-defined]
+    seg._finalizer = weakref.finalize(  # type: ignore[attr-defined]
+        seg, _release, os.getpid(), seg.kind, seg._fd, seg.name
+    )
 
 
 def _release(pid: int, kind: str, fd: int | None, name: str | None) -> None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pickle
 from multiprocessing.reduction import ForkingPickler
 
+import gradwire.multiprocessing as gmp
 import gwmp_workers as w
 import numpy as np
 import pytest
-
-import gradwire.multiprocessing as gmp
 from gradwire._tensor import Tensor
 
 TIMEOUT = 60
