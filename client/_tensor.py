@@ -49,6 +49,8 @@ class Tensor:
     _retains_grad = False
     _grad_acc: weakref.ref[AccumulateGrad] | None = None
     _shared: Any = None
+    # For views made by a view op: (source, op class, kwargs, version); see _ops/views.py.
+    _view_meta: Any = None
 
     def __init__(self, data: Any = None, *, requires_grad: bool = False, dtype: Any = None, device: Any = None) -> None:
         from ._creation import _array_from
@@ -144,6 +146,10 @@ class Tensor:
     # ---------------------------------------------------------------- autograd metadata
     @property
     def requires_grad(self) -> bool:
+        if self._view_meta is not None:
+            from ._ops.views import refresh_view
+
+            return refresh_view(self)
         return self._requires_grad or self._grad_fn is not None
 
     @requires_grad.setter
@@ -173,6 +179,10 @@ class Tensor:
 
     @property
     def grad_fn(self) -> Node | None:
+        if self._view_meta is not None:
+            from ._ops.views import refresh_view
+
+            refresh_view(self)  # a view of a storage modified in place takes its new history
         return self._grad_fn
 
     @property

@@ -15,6 +15,7 @@ from ._ops import movement as M
 from ._ops import reduce as R
 from ._ops import unary as U
 from ._ops._base import as_tensor_like
+from ._ops.views import inplace_on_view
 from ._tensor import Tensor
 from .autograd.grad_mode import _state, no_grad
 
@@ -53,10 +54,11 @@ def _inplace(self: Tensor, compute: Callable[[Tensor], Tensor], others: tuple[An
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
         base = self._base
         if base is not None and (base.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others)):
-            raise RuntimeError(
-                "gradwire does not record in-place operations on a view of a tensor that is part "
-                "of an autograd graph; use the out-of-place op (e.g. x = x + y) or clone() the view first."
-            )
+            # Through a view: the base takes a CopySlices node; the view (and its siblings)
+            # rebuild their history from the base on next use, as the version moved.
+            inplace_on_view(self, compute)
+            self._version.value += 1
+            return self
         snap = Tensor._wrap(self._data.copy(), self._requires_grad)
         snap._grad_fn, snap._output_nr = self._grad_fn, self._output_nr
         out = compute(snap)

@@ -16,12 +16,26 @@ __all__ = ["Op", "record", "edge_of", "reduce_grad", "as_tensor_like", "result_d
 
 def edge_of(t: Any) -> tuple[Node | None, int]:
     """The backward edge for input ``t``: its grad_fn, its AccumulateGrad, or nothing."""
+    if t._view_meta is not None:
+        from .views import refresh_view
+
+        refresh_view(t)
     fn = t._grad_fn
     if fn is not None:
         return fn, t._output_nr
     if t._requires_grad:
         return t._grad_accumulator(), 0
     return None, 0
+
+
+def _stale_view(t: Any) -> bool:
+    """A view whose storage was modified in place since it took its grad_fn may now need
+    grad (e.g. ``buf[0].copy_(w)`` made ``buf`` part of the graph)."""
+    if t._view_meta is None:
+        return False
+    from .views import refresh_view
+
+    return refresh_view(t)
 
 
 class Op(Node):
@@ -48,7 +62,7 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     requires = (
         cls.differentiable
         and _state.grad_enabled
-        and any(t._requires_grad or t._grad_fn is not None for t in tensors)
+        and any(t._requires_grad or t._grad_fn is not None or _stale_view(t) for t in tensors)
     )
     if requires:
         _check_inference_use(tensors)
@@ -64,6 +78,9 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
             node._output_meta = [(r._data.shape, r._data.dtype, r.device) for r in results]
         return results
     result = _wrap_output(out, 0, node, requires, inference, inputs)
+    if cls.is_view and result._base is not None:
+        # How to make this view again from its source (see views.py).
+        result._view_meta = (inputs[0], cls, kwargs, result._version.value)
     if requires:
         node._output_meta = [(result._data.shape, result._data.dtype, None)]
         if cls.save_output is not None:

@@ -310,10 +310,11 @@ class Node:
             if isinstance(v, SavedTensor):
                 v.release()
                 self._released = True
-            elif isinstance(v, list):  # a custom Function's save_for_backward
+            elif isinstance(v, list):  # a custom Function's save_for_backward, or plain values
                 for s in v:
-                    s.release()
-                    self._released = True
+                    if isinstance(s, SavedTensor):
+                        s.release()
+                        self._released = True
 
     def _check_not_released(self) -> None:
         if self._released:

@@ -77,24 +77,29 @@ def test_shared_leaf_accumulates_every_threads_gradient():
     assert w.grad.tolist() == [400.0, 400.0, 400.0]
 
 
+def _race_backward_over_a_shared_graph(n_threads):
+    x = gw.ones(4, 4, dtype=gw.float64, requires_grad=True)
+    shared = (x * 2).exp()  # first part of the graph, built in one thread
+    barrier = threading.Barrier(n_threads)
+    ok, freed = [], []
+
+    def worker(i):
+        y = (shared * 3).sum()  # second part, per thread
+        barrier.wait()
+        try:
+            y.backward()
+            ok.append(i)
+        except RuntimeError as exc:
+            assert "retain_graph=True" in str(exc)
+            freed.append(i)
+
+    assert run_threads(worker, n_threads) == []
+    return x, ok, freed
+
+
 def test_shared_graph_without_retain_graph_one_thread_wins_the_others_get_the_freed_error():
     for _ in range(10):
-        x = gw.ones(4, 4, dtype=gw.float64, requires_grad=True)
-        shared = (x * 2).exp()  # first part of the graph, built in one thread
-        barrier = threading.Barrier(4)
-        ok, freed = [], []
-
-        def worker(i):
-            y = (shared * 3).sum()  # second part, per thread
-            barrier.wait()
-            try:
-                y.backward()
-                ok.append(i)
-            except RuntimeError as exc:
-                assert "retain_graph=True" in str(exc)
-                freed.append(i)
-
-        assert run_threads(worker, 4) == []
+        x, ok, freed = _race_backward_over_a_shared_graph(4)
         assert len(ok) == 1 and len(freed) == 3
         # The one successful pass is the whole gradient: nothing half-written or doubled.
         np.testing.assert_allclose(x.grad.numpy(), np.full((4, 4), 6 * np.exp(2.0)))
