@@ -145,9 +145,13 @@ class Agent:
         self._barrier_gen = itertools.count()
         self._stop_server: Callable[[float], None] | None = None
         self._check_security()
-        if rank == 0 and self.token is None:
-            # Generated before the server starts, so the first Join already finds it.
-            self.token, self.token_generated = secrets.token_hex(16), True
+        if rank == 0:
+            # Set up before the server starts, so that the first Join finds them.
+            if self.token is None:
+                self.token, self.token_generated = secrets.token_hex(16), True
+            self.rendezvous = RendezvousHost(
+                world_size, uuid.uuid4().hex, self.token if self.token_generated else ""
+            )
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -226,10 +230,8 @@ class Agent:
         me = pb.WorkerInfo(name=self.name, id=self.rank, address=self.address, host_id=host_id())
         timeout = self.options.init_timeout
         if self.rank == 0:
-            self.rendezvous = RendezvousHost(
-                self.world_size, uuid.uuid4().hex, self.token if self.token_generated else ""
-            )
-            self.rendezvous.add(me, self.world_size)
+            assert self.rendezvous is not None
+            io.run_sync(self._add_self(me), timeout)
             try:
                 reply = io.run_sync(self.rendezvous.wait(timeout), timeout + 5)
             except TimeoutError as exc:
@@ -264,6 +266,10 @@ class Agent:
         io.io_loop().call_soon_threadsafe(self._ready.set)
         self._set_state(AgentState.RUNNING)
         log.info("worker %s (rank %d) joined session %s", self.name, self.rank, self.session)
+
+    async def _add_self(self, me: pb.WorkerInfo) -> None:
+        assert self.rendezvous is not None
+        self.rendezvous.add(me, self.world_size)
 
     async def serve_join(self, request: pb.JoinRequest) -> pb.JoinReply:
         """Rank 0's Join handler (on the I/O loop). Raises RpcInitError."""
