@@ -64,7 +64,7 @@ def test_duplicate_names_are_rejected_clearly() -> None:
         bodies.all_to_all,
         names=["a", "b", "a"],
         expect_failure={0, 1, 2},
-        options={"init_timeout": 10},
+        options={"init_timeout": 4},
         timeout=30,
     )
     errors = [r.error or "" for r in results]
@@ -78,7 +78,7 @@ def test_wrong_token_cannot_join() -> None:
         bodies.all_to_all,
         rank_env={1: {"GRADWIRE_TOKEN": "not-the-token"}},
         expect_failure={0, 1},
-        options={"init_timeout": 5},
+        options={"init_timeout": 3},
         timeout=30,
     )
     assert "wrong cluster token" in (results[1].error or "")
