@@ -132,6 +132,8 @@ class MaxDim(Op):
 
 
 class Prod(Op):
+    save_output = "result"
+
     def forward(self, x: Any, dim: Any = None, keepdim: bool = False) -> Any:
         dims = normalize_dims(dim, x._data.ndim)
         if dims is not None and len(dims) != 1:
@@ -147,11 +149,16 @@ class Prod(Op):
         x, dims, keepdim = self.saved("self"), self.saved("dim"), self.saved("keepdim")
         xp = array_module(x._data)
         data = x._data
+        if not (data == 0).any():
+            # No zeros: the product of the others is result / x, written with ops so that
+            # create_graph gives second derivatives.
+            result = _expand_back(self.saved("result"), data.shape, dims, keepdim)
+            return _expand_back(g, data.shape, dims, keepdim) * (result / x).conj()
         axis = dims[0] if dims else None
         flat = data.reshape(-1) if axis is None else data
         ax = 0 if axis is None else axis
-        # Product of all the other elements, zero-safe: exclusive cumulative products from
-        # both sides (computed on arrays: prod supports first-order gradients only).
+        # With zeros, the product of all the other elements comes from exclusive cumulative
+        # products from both sides, on arrays: first-order gradients only in this case.
         ones_shape = list(flat.shape)
         ones_shape[ax] = 1
         one = xp.ones(ones_shape, dtype=flat.dtype)

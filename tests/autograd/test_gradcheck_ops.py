@@ -109,6 +109,11 @@ REAL_CASES = [
         lambda r: (rnd(r, 3, 1, 4), rnd(r, 2, 4)),
     ),
     ("where_scalar_other", lambda a: gw.where(a.detach() > 0, a, 0.0), lambda r: (rnd(r, 3, 4),)),
+    (
+        "where_condition_wider_than_both",
+        lambda a, b: gw.where(gw.tensor([[True, False, True], [False, True, True]]), a, b),
+        lambda r: (rnd(r, 3), rnd(r, 1)),
+    ),
     # matmul
     ("matmul_2d", lambda a, b: a @ b, lambda r: (rnd(r, 3, 4), rnd(r, 4, 2))),
     ("matmul_1d_1d", lambda a, b: a @ b, lambda r: (rnd(r, 4), rnd(r, 4))),
@@ -313,8 +318,10 @@ GRADGRAD = [
     "where_bcast",
     "maximum_bcast",
     "clamp_both",
+    "prod_all",
+    "prod_dim",
 ]
-COMPLEX_GRADGRAD = ["mul_bcast", "div", "exp", "abs", "matmul", "real_times_complex"]
+COMPLEX_GRADGRAD = ["prod_dim", "mul_bcast", "div", "exp", "abs", "matmul", "real_times_complex"]
 
 
 @pytest.mark.parametrize("name", GRADGRAD)
