@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from .._backend import array_module
-from .._tensor import Tensor, _check_inference_use
+from .._tensor import Tensor
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
 
@@ -65,7 +65,6 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         and any(t._requires_grad or t._grad_fn is not None or _stale_view(t) for t in tensors)
     )
     if requires:
-        _check_inference_use(tensors)
         node._recording = True
         node.next_functions = tuple(edge_of(t) for t in tensors)
         node.needs_input_grad = tuple(t._requires_grad or t._grad_fn is not None for t in tensors)

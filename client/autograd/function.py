@@ -126,7 +126,7 @@ class Function(metaclass=_FunctionMeta):
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
         from .._ops._base import edge_of
-        from .._tensor import Tensor, _check_inference_use
+        from .._tensor import Tensor
 
         node: Any = cls._backward_cls()  # type: ignore[attr-defined]
         tensors = [a for a in args if isinstance(a, Tensor)]
@@ -136,7 +136,7 @@ class Function(metaclass=_FunctionMeta):
         node._all_needs = needs
         node._input_is_tensor = tuple(isinstance(a, Tensor) for a in args)
         if requires:
-            _check_inference_use(tensors)
+            # Inference tensors may be inputs; only saving one is an error (SavedTensor).
             node._recording = True
             node.next_functions = tuple(edge_of(t) for t in tensors)
         with no_grad():

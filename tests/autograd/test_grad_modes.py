@@ -184,3 +184,15 @@ def test_inference_mode_is_thread_local():
         t.start()
         t.join()
     assert seen == {"inf": False}
+
+
+def test_inference_tensor_may_feed_an_op_that_does_not_save_it(x):
+    # As in PyTorch: only saving an inference tensor for backward is forbidden.
+    with gw.inference_mode():
+        a = gw.ones(2)
+    y = a + x
+    assert not y.is_inference() and y.requires_grad
+    y.sum().backward()
+    assert x.grad.tolist() == [1.0, 1.0]
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        _ = a * x

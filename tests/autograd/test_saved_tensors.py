@@ -290,3 +290,34 @@ def test_disable_saved_tensors_hooks_forbids_them():
         with pytest.raises(RuntimeError, match="no hooks here"):
             with saved_tensors_hooks(lambda t: t, lambda t: t):
                 pass
+
+
+def test_identity_hooks_unpack_new_objects_that_share_storage():
+    with saved_tensors_hooks(lambda t: t, lambda t: t):
+        x = gw.randn(5, requires_grad=True)
+        y = x * x
+    s, o = y.grad_fn._saved_self, y.grad_fn._saved_other
+    assert s is not x and o is not x and s is not o
+    assert np.shares_memory(s._data, x._data) and np.shares_memory(o._data, x._data)
+
+
+def test_default_hooks_also_apply_to_custom_function_saves():
+    log = []
+
+    class Square(gw.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            ctx.save_for_backward(t)
+            return t * t
+
+        @staticmethod
+        def backward(ctx, g):
+            (t,) = ctx.saved_tensors
+            return 2 * t * g
+
+    with saved_tensors_hooks(*_recording_hooks(log)):
+        x = gw.tensor([3.0], requires_grad=True)
+        y = Square.apply(x)
+    assert log == ["pack"]
+    y.sum().backward()
+    assert log == ["pack", "unpack"] and x.grad.tolist() == [6.0]
