@@ -127,3 +127,24 @@ def addresses_used(rank: int, world_size: int) -> list[str]:
     from gradwire._runtime import agent
 
     return [p.address for p in agent.current().peers]
+
+
+def echo(x: Any) -> Any:
+    return x
+
+
+def big_echo(rank: int, world_size: int, mib: int) -> dict[str, float]:
+    """Echo a ``mib`` MiB tensor to itself; report the peak memory growth of the process."""
+    import resource
+
+    from gradwire._tensor import Tensor
+
+    a = Tensor._wrap(np.arange((mib << 20) // 4, dtype=np.float32))
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    started = time.perf_counter()
+    b = rpc.rpc_sync(rank, echo, (a,), timeout=300)
+    elapsed = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    assert isinstance(b, Tensor) and b.shape == a.shape
+    assert np.array_equal(b._data[:: 1 << 16], a._data[:: 1 << 16]) and b._data[-1] == a._data[-1]
+    return {"extra_bytes": peak - base, "seconds": elapsed, "payload": float(mib << 20)}

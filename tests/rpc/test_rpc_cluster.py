@@ -96,3 +96,23 @@ def test_world_size_mismatch() -> None:
         world_size_override={1: 3},
     )
     assert any("expects world_size 3" in (r.error or "") for r in results)
+
+
+def _check_bounded_memory(mib: int) -> dict[str, float]:
+    result = run_cluster(1, bodies.big_echo, mib, timeout=300)[0].value
+    # The callee's received copy and the caller's result are the payload twice; everything
+    # else (frames in flight, gRPC buffers) must stay small.
+    assert result["extra_bytes"] < 2 * result["payload"] + (160 << 20), result
+    return result
+
+
+def test_tensor_round_trip_streams_with_bounded_memory() -> None:
+    _check_bounded_memory(64)
+
+
+@pytest.mark.slow
+def test_one_gib_tensor_round_trip() -> None:
+    result = _check_bounded_memory(1024)
+    print(
+        f"1 GiB echo: {result['seconds']:.2f} s, extra peak {result['extra_bytes'] / 2**20:.0f} MiB"
+    )

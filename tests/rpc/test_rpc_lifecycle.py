@@ -105,3 +105,17 @@ def test_in_flight_limit_per_peer_is_a_clear_error() -> None:
         assert rpc.rpc_sync("limited", operator.add, (1, 2)) == 3
     finally:
         rpc.shutdown()
+
+
+def test_idle_worker_uses_no_cpu() -> None:
+    import time
+
+    rpc.init_rpc("idle", 0, 1, solo_options())
+    try:
+        rpc.rpc_sync("idle", operator.add, (1, 2))  # channels and threads exist
+        time.sleep(0.2)
+        before = time.process_time()
+        time.sleep(1.0)
+        assert time.process_time() - before < 0.05
+    finally:
+        rpc.shutdown()
