@@ -19,9 +19,23 @@ def tensor_repr(t: Any) -> str:
     extras = []
     if t.device.type != "cpu":
         extras.append(f"device='{t.device}'")
-    default = np.float32
-    implied = (kind == "f" and arr.dtype == default) or arr.dtype == np.int64 or kind == "b" or (kind == "c" and arr.dtype == np.complex64)
-    if not implied or arr.size == 0:
+    from ._dtypes import get_default_dtype
+
+    default = get_default_dtype().np
+    if arr.size == 0:
+        # As PyTorch: nothing to infer the dtype from, so only the default float is implied.
+        body = "[]"
+        if arr.ndim != 1:
+            extras.append(f"size={tuple(arr.shape)}")
+        implied = arr.dtype == default
+    else:
+        implied = (
+            arr.dtype == default
+            or arr.dtype == np.int64
+            or kind == "b"
+            or arr.dtype == (np.complex128 if default == np.float64 else np.complex64)
+        )
+    if not implied:
         extras.append(f"dtype=gradwire.{t.dtype.name}")
     if t.grad_fn is not None:
         extras.append(f"grad_fn=<{t.grad_fn.name()}>")
@@ -40,17 +54,29 @@ def _scalar(arr: Any) -> str:
 
 
 def _fmt_float(v: float) -> str:
+    if not np.isfinite(v):
+        return str(v)  # nan, inf, -inf, as PyTorch prints them
     if v == int(v) and abs(v) < 1e8:
         return f"{int(v)}."
     return f"{v:.4f}"
 
 
 def _float_formatter(arr: Any) -> Any:
+    fmt = _float_style(arr)
+    # PyTorch pads every element to the widest one: tensor([-1.,  2.]).
+    flat = arr.reshape(-1)
+    shown = flat if flat.size <= 1000 else np.concatenate([flat[:3], flat[-3:]])
+    width = max((len(fmt(v)) for v in shown), default=0)
+    return lambda v: fmt(v).rjust(width)
+
+
+def _float_style(arr: Any) -> Any:
     finite = arr[np.isfinite(arr)] if arr.size else arr
     ints = finite.size and np.all(finite == np.round(finite)) and np.all(np.abs(finite) < 1e8)
     if ints:
         return lambda v: f"{v:.0f}." if np.isfinite(v) else str(v)
-    big = finite.size and (np.max(np.abs(finite)) >= 1e8 or (np.min(np.abs(finite[finite != 0])) < 1e-4 if np.any(finite != 0) else False))
+    nonzero = np.abs(finite[finite != 0])
+    big = finite.size and (np.max(np.abs(finite)) >= 1e8 or (nonzero.size and np.min(nonzero) < 1e-4))
     if big:
-        return lambda v: f"{v:.4e}"
-    return lambda v: f"{v:.4f}"
+        return lambda v: f"{v:.4e}" if np.isfinite(v) else str(v)
+    return lambda v: f"{v:.4f}" if np.isfinite(v) else str(v)

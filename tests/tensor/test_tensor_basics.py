@@ -57,6 +57,31 @@ def test_repr_looks_like_torch(make, expected):
     assert repr(make()) == expected
 
 
+@pytest.mark.parametrize(
+    "make,expected",
+    [
+        (lambda: gw.tensor([-1.0, 2.0]), "tensor([-1.,  2.])"),
+        (lambda: gw.tensor([float("inf"), 1.5]), "tensor([   inf, 1.5000])"),
+        (lambda: gw.tensor(float("nan")), "tensor(nan)"),
+        (lambda: gw.tensor([]), "tensor([])"),
+        (lambda: gw.zeros(0, 3), "tensor([], size=(0, 3))"),
+        (lambda: gw.tensor([], dtype=gw.int64), "tensor([], dtype=gradwire.int64)"),
+        (lambda: gw.tensor([1e-5, 1.0]), "tensor([1.0000e-05, 1.0000e+00])"),
+    ],
+)
+def test_repr_edge_cases_like_torch(make, expected):
+    assert repr(make()) == expected
+
+
+def test_repr_implies_the_current_default_dtype():
+    try:
+        gw.set_default_dtype(gw.float64)
+        assert repr(gw.ones(2)) == "tensor([1., 1.])"
+        assert repr(gw.ones(2, dtype=gw.float32)) == "tensor([1., 1.], dtype=gradwire.float32)"
+    finally:
+        gw.set_default_dtype(gw.float32)
+
+
 def test_repr_of_large_tensors_is_summarized():
     text = repr(gw.arange(5000))
     assert text.startswith("tensor([   0,    1,    2,") and "..." in text and len(text) < 200
