@@ -133,13 +133,19 @@ def zero_(self: Tensor) -> Tensor:
 
 
 def fill_(self: Tensor, value: Any) -> Tensor:
-    if isinstance(value, Tensor) and value.requires_grad:
-        return _inplace(self, lambda s: s * 0 + value, (value,))
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise RuntimeError(
+                f"fill_ only supports 0-dimension value tensor but got tensor with {value.ndim} dimensions."
+            )
+        if value.requires_grad:
+            return _inplace(self, lambda s: B.CopyFrom.apply(s, value.reshape(())), (value,))
     _check_inplace(self)
     if _state.grad_enabled and self._grad_fn is None and self._requires_grad:
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     if _state.grad_enabled and self.requires_grad:
-        return _inplace(self, lambda s: s * 0 + value)
+        number = value.item() if isinstance(value, Tensor) else value
+        return _inplace(self, lambda s: B.Fill.apply(s, value=number))
     self._data[...] = value._data if isinstance(value, Tensor) else value
     self._version.value += 1
     return self
@@ -150,7 +156,7 @@ def copy_(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
     src_here = src.to(self.device)
     if _state.grad_enabled and (self.requires_grad or src.requires_grad):
-        return _inplace(self, lambda s: s * 0 + src_here.to(dtype=self.dtype) if src_here.dtype != self.dtype else s * 0 + src_here, (src,))
+        return _inplace(self, lambda s: B.CopyFrom.apply(s, src_here), (src,))
     _check_inplace(self)
     self._data[...] = src_here._data
     self._version.value += 1

@@ -8,7 +8,10 @@ from typing import Any
 from .._backend import array_module
 from ._base import Op, promoted, reduce_grad
 
-__all__ = ["Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "Where", "MatMul", "Compare"]
+__all__ = [
+    "Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "Where", "MatMul", "Compare",
+    "CopyFrom", "Fill",
+]
 
 
 class _Binary(Op):
@@ -210,3 +213,51 @@ class Compare(Op):
 
     def forward(self, a: Any, b: Any, op: str = "eq") -> Any:
         return getattr(array_module(a._data), self._FNS[op])(*promoted(a, b))
+
+
+class CopyFrom(Op):
+    """The out-of-place core of ``dst.copy_(src)``: ``src`` broadcast to dst's shape and dtype.
+
+    The old value of dst gets a zero gradient, never ``dst * 0`` (which is nan where dst held
+    inf or nan, e.g. after ``empty``).
+    """
+
+    def forward(self, dst: Any, src: Any) -> Any:
+        self.save("src_meta", (src._data.shape, src._data.dtype))
+        xp = array_module(dst._data)
+        try:
+            return xp.broadcast_to(src._data, dst._data.shape).astype(dst._data.dtype)
+        except ValueError:
+            raise RuntimeError(
+                f"The size of tensor a ({list(dst._data.shape)}) must match the size of tensor b "
+                f"({list(src._data.shape)}) or be broadcastable to it"
+            ) from None
+
+    def backward(self, g: Any) -> Any:
+        shape, dtype = self.saved("src_meta")
+        g_dst = _zeros_like(g) if self.needs_input_grad[0] else None
+        g_src = reduce_grad(g, shape, dtype) if self.needs_input_grad[1] else None
+        return g_dst, g_src
+
+    def name(self) -> str:
+        return "CopyBackwards"
+
+
+class Fill(Op):
+    """The out-of-place core of ``fill_(number)`` and ``zero_()``: a constant of dst's shape."""
+
+    def forward(self, dst: Any, value: Any = 0) -> Any:
+        self._zero = value == 0
+        return array_module(dst._data).full(dst._data.shape, value, dtype=dst._data.dtype)
+
+    def backward(self, g: Any) -> Any:
+        return _zeros_like(g)
+
+    def name(self) -> str:
+        return "ZeroBackward0" if getattr(self, "_zero", False) else "FillBackward0"
+
+
+def _zeros_like(g: Any) -> Any:
+    from .._tensor import Tensor
+
+    return Tensor._wrap(array_module(g._data).zeros_like(g._data))

@@ -321,3 +321,25 @@ def test_default_hooks_also_apply_to_custom_function_saves():
     assert log == ["pack"]
     y.sum().backward()
     assert log == ["pack", "unpack"] and x.grad.tolist() == [6.0]
+
+
+def test_overwriting_ops_ignore_old_inf_and_nan_values():
+    # The old contents must not leak into the result (e.g. through old * 0 = nan).
+    x = gw.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    junk = [float("inf"), float("nan"), -float("inf")]
+    buf = gw.tensor(junk)
+    buf.copy_(x)
+    assert buf.tolist() == [1.0, 2.0, 3.0] and buf.grad_fn.name() == "CopyBackwards"
+    (buf * buf).sum().backward()
+    assert x.grad.tolist() == [2.0, 4.0, 6.0]
+    y = gw.tensor(junk) * x
+    y.zero_()
+    assert y.tolist() == [0.0, 0.0, 0.0] and y.grad_fn.name() == "ZeroBackward0"
+    z = gw.tensor(junk) * x
+    z.fill_(2.5)
+    assert z.tolist() == [2.5, 2.5, 2.5] and z.grad_fn.name() == "FillBackward0"
+    x.grad = None
+    w = gw.tensor(junk)
+    w.fill_(x.sum())
+    w.sum().backward()
+    assert w.tolist() == [6.0, 6.0, 6.0] and x.grad.tolist() == [3.0, 3.0, 3.0]
