@@ -322,7 +322,16 @@ def live_segments() -> list[Segment]:
 
 
 def _attach_dupfd(seg_id: str, size: int, dupfd: Any) -> Segment:
-    return attach_fd(dupfd.detach(), seg_id, size)
+    try:
+        fd = dupfd.detach()
+    except (OSError, EOFError) as exc:
+        raise RuntimeError(
+            f"could not receive shared-memory segment {seg_id}: the sending process exited (or "
+            "closed its descriptor server) before the receiver unpickled the tensor. With the "
+            "'file_descriptor' strategy keep the sender alive until its tensors are received "
+            "(for example wait on an Event), or use set_sharing_strategy('file_system')"
+        ) from exc
+    return attach_fd(fd, seg_id, size)
 
 
 def _anonymous_fd(seg_id: str) -> int:

@@ -42,10 +42,10 @@ def run(strategy: str, mode: str) -> None:
     t = w.tensor(np.zeros(1000))
     gmp.share_memory_(t)
     print("TOKEN", os.environ.get("GRADWIRE_SHM_MANAGER") or "-", flush=True)
-    ready = gmp.get_context("spawn").Queue()
+    ready = gmp.get_context("spawn").SimpleQueue()  # written synchronously: survives kill -9
     ctx = gmp.spawn(child, args=(t, mode, ready), nprocs=2, join=False)
     assert ctx is not None
-    pids = sorted(ready.get(timeout=60) for _ in range(2))
+    pids = sorted(ready.get() for _ in range(2))
     print("READY", *[p for _, p in pids], flush=True)
     if mode == "kill_parent":
         print("LIVE", _live(), flush=True)

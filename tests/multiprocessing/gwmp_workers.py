@@ -109,3 +109,36 @@ def send_many(q: Any, n: int, done: Any) -> None:
     for i in range(n):
         q.put(Tensor._wrap(np.full(16, i, np.float32)))
     done.wait(120)
+
+
+def bounce(q_in: Any, q_out: Any) -> None:
+    """Receive a tensor and send the very same object on (forwarding a received segment)."""
+    t = q_in.get()
+    q_out.put(t)
+    q_out.put(t._shared.seg_id)
+    q_in.get()  # wait until the parent has received
+
+
+def attach_named_and_fill(handle: Any, value: float, done: Any) -> None:
+    seg = handle.attach()
+    seg.ndarray(np.float64, (4,))[:] = value
+    done.put(seg.seg_id)
+
+
+def receive_fd_and_fill(sock: Any, seg_id: str, size: int, value: float, done: Any) -> None:
+    import socket
+
+    from gradwire.multiprocessing import _segment
+
+    _, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    seg = _segment.attach_fd(fds[0], seg_id, size)
+    seg.ndarray(np.float64, (4,))[:] = value
+    done.put(len(os.listdir("/proc/self/fd")))
+
+
+def hold_named_segment(name_out: Any, strategy_size: int) -> None:
+    from gradwire.multiprocessing import _segment
+
+    seg = _segment.create(strategy_size, "file_system")
+    name_out.put((os.environ["GRADWIRE_SHM_MANAGER"], seg.name))
+    time.sleep(300)

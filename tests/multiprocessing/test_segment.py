@@ -1,0 +1,170 @@
+"""The segment layer (reused by the RPC same-host path) and the file_system manager."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import subprocess
+import sys
+
+import gradwire.multiprocessing as gmp
+import gwmp_workers as w
+import numpy as np
+import pytest
+from gradwire.multiprocessing import _segment
+
+TIMEOUT = 60
+
+
+def _shm(name: str) -> bool:
+    return os.path.exists(os.path.join("/dev/shm", name))
+
+
+def _manager_pids(token: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if b"_shm_manager.py" in cmd and token.encode() in cmd:
+                pids.append(int(entry))
+    return pids
+
+
+def wait_manager_exit(token: str, timeout: float = 20) -> None:
+    for pid in _manager_pids(token):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        try:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            assert ready, f"shared-memory manager {pid} did not exit"
+        finally:
+            os.close(fd)
+
+
+def test_named_segment_reference_count_removes_the_name_with_the_last_user():
+    seg = _segment.create(32, "file_system")
+    name = seg.name
+    assert name.startswith("gradwire_fs_") and _shm(name)
+    handle = seg.export()  # in flight: keeps the name alive without a mapping here
+    del seg
+    assert _shm(name)
+    again = handle.attach()
+    assert _shm(name)
+    del again
+    assert not _shm(name)
+
+
+def test_discarded_handle_releases_its_reference():
+    seg = _segment.create(8, "file_system")
+    name = seg.name
+    seg.export().discard()
+    del seg
+    assert not _shm(name)
+
+
+def test_named_handle_attaches_in_another_process():
+    seg = _segment.create(32, "file_system")
+    ctx = gmp.get_context("spawn")
+    done = ctx.Queue()
+    p = ctx.Process(target=w.attach_named_and_fill, args=(seg.export(), 5.0, done))
+    p.start()
+    assert done.get(timeout=TIMEOUT) == seg.seg_id
+    p.join(TIMEOUT)
+    assert seg.ndarray(np.float64, (4,)).tolist() == [5.0] * 4
+
+
+def test_fd_handle_travels_with_send_fds_and_the_receiver_keeps_no_descriptor():
+    seg = _segment.create(32, "file_descriptor")
+    ctx = gmp.get_context("spawn")
+    done = ctx.Queue()
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    p = ctx.Process(target=w.receive_fd_and_fill, args=(theirs, seg.seg_id, seg.size, 6.0, done))
+    p.start()
+    handle = seg.export()
+    socket.send_fds(mine, [b"s"], [handle.fd])
+    os.close(handle.fd)
+    child_fds = done.get(timeout=TIMEOUT)
+    p.join(TIMEOUT)
+    assert seg.ndarray(np.float64, (4,)).tolist() == [6.0] * 4
+    assert child_fds < 20
+    mine.close()
+    theirs.close()
+
+
+def test_attaching_a_known_segment_returns_the_same_mapping_and_closes_the_descriptor():
+    seg = _segment.create(16, "file_descriptor")
+    before = len(os.listdir("/proc/self/fd"))
+    handle = seg.export()
+    assert _segment.attach_fd(handle.fd, handle.seg_id, handle.size) is seg
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_received_tensor_can_be_forwarded(strategy):
+    ctx = gmp.get_context("spawn")
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    t = w.tensor(np.arange(3.0))
+    p = ctx.Process(target=w.bounce, args=(q_in, q_out))
+    p.start()
+    q_in.put(t)
+    back = q_out.get(timeout=TIMEOUT)
+    assert q_out.get(timeout=TIMEOUT) == t._shared.seg_id
+    q_in.put(None)
+    p.join(TIMEOUT)
+    assert back._shared is t._shared
+
+
+def test_segment_api_errors():
+    with pytest.raises(ValueError, match="size must be >= 0"):
+        _segment.create(-1)
+    with pytest.raises(ValueError, match="unknown sharing strategy"):
+        _segment.create(1, "bogus")
+    gone = _segment.NamedHandle("feed", "gradwire_fs_nosuch_feed", 8)
+    with pytest.raises(FileNotFoundError, match="is gone"):
+        gone.attach()
+
+
+KILL_SELF = """
+import os, signal
+from gradwire.multiprocessing import _segment
+seg = _segment.create(4096, "file_system")
+print(os.environ["GRADWIRE_SHM_MANAGER"], seg.name, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_manager_removes_segments_of_a_client_killed_with_sigkill(script_env):
+    out = subprocess.run(
+        [sys.executable, "-c", KILL_SELF], env=script_env, capture_output=True, text=True
+    )
+    assert out.returncode == -9
+    token, name = out.stdout.split()
+    wait_manager_exit(token)
+    assert not _shm(name)
+
+
+def test_manager_waits_for_every_client(monkeypatch):
+    monkeypatch.delenv("GRADWIRE_SHM_MANAGER", raising=False)  # not this test process' manager
+    ctx = gmp.get_context("spawn")
+    names = ctx.Queue()
+    first = ctx.Process(target=w.hold_named_segment, args=(names, 64))
+    first.start()
+    token, name1 = names.get(timeout=TIMEOUT)
+    monkeypatch.setenv("GRADWIRE_SHM_MANAGER", token)  # the second client joins that manager
+    second = ctx.Process(target=w.hold_named_segment, args=(names, 64))
+    second.start()
+    token2, name2 = names.get(timeout=TIMEOUT)
+    assert token2 == token
+    first.kill()
+    first.join(TIMEOUT)
+    assert _shm(name1) and _shm(name2) and _manager_pids(token)  # one client is left
+    second.kill()
+    second.join(TIMEOUT)
+    wait_manager_exit(token)
+    assert not _shm(name1) and not _shm(name2)
