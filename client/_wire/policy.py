@@ -140,12 +140,22 @@ class CallablePolicy:
     allow_user_modules: bool = True
     trust_everything: bool = False
     _allow_all: tuple[str, ...] = field(init=False, repr=False, default=())
+    _decided: dict[tuple[str, str], bool] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_allow_all", DEFAULT_ALLOW + tuple(self.allow))
 
     def allows(self, module: str, qualname: str) -> bool:
-        """Return True when ``module:qualname`` may be called or unpickled."""
+        """Return True when ``module:qualname`` may be called or unpickled (decisions cached)."""
+        key = (module, qualname)
+        decided = self._decided.get(key)
+        if decided is None:
+            decided = self._decide(module, qualname)
+            if len(self._decided) < 65536:  # bounded: names come from the network
+                self._decided[key] = decided
+        return decided
+
+    def _decide(self, module: str, qualname: str) -> bool:
         if self.trust_everything:
             return True
         parts = qualname.split(".")
