@@ -104,3 +104,19 @@ def test_no_grad_in_place_on_a_view_keeps_values_consistent():
         v.fill_(0.0)
     assert a.tolist() == [2.0, 0.0]
     np.testing.assert_array_equal(a.detach().numpy(), [2.0, 0.0])
+
+
+def test_augmented_assignment_through_indexing_passes_gradcheck():
+    def f(x, w):
+        y = x * 1
+        y[0:2] += w  # basic index: in place through a view
+        y[[3, 2]] += w  # integer-array index: a copy, then setitem
+        y[1] *= w[0]
+        y[y.detach() > 0.5] = 0.25  # mask setitem
+        return y * y
+
+    rng = np.random.default_rng(3)
+    x = leaf(rng.standard_normal(4))
+    w = leaf(rng.standard_normal(2))
+    assert gradcheck(f, (x, w))
+    assert gradgradcheck(f, (x, w))
