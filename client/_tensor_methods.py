@@ -370,6 +370,8 @@ def view_as_self(self: Tensor) -> Tensor:
     t._base = self._base if self._base is not None else self
     t._version = self._version
     t._inference = self._inference
+    # Replayable like any view, so an in-place op through it can be recorded (views.py).
+    t._view_meta = (self, M.Reshape, {"shape": self._data.shape}, self._version.value)
     return t
 
 

@@ -120,3 +120,11 @@ def test_augmented_assignment_through_indexing_passes_gradcheck():
     w = leaf(rng.standard_normal(2))
     assert gradcheck(f, (x, w))
     assert gradgradcheck(f, (x, w))
+
+
+def test_same_shape_reshape_of_a_plain_buffer_is_a_recordable_view():
+    w = leaf([1.0, 2.0, 3.0])
+    buf = gw.zeros(3, dtype=gw.float64)
+    buf.reshape(3).copy_(w)
+    (buf * buf).sum().backward()
+    assert w.grad.tolist() == [2.0, 4.0, 6.0]
