@@ -72,9 +72,16 @@ class Faults:
     p_dup: float = 0.15
     # Stale copies one original message may spawn.
     max_dups: int = 2
+    # Kinds of message the faults apply to (None: every control message and RemoteCall).
+    kinds: tuple[type, ...] | None = None
+
+    def applies(self, body: object) -> bool:
+        if not isinstance(body, (ControlMessage, RemoteCall)):
+            return False  # user calls are never retried
+        return self.kinds is None or isinstance(body, self.kinds)
 
 
-NO_FAULTS = Faults(0.0, 0.0, 0)
+NO_FAULTS = Faults(0.0, 0.0, 0, kinds=())
 
 
 @dataclass(frozen=True)
@@ -127,11 +134,6 @@ class Envelope:
     retry: Envelope | None = None
     # Stale duplicates this message may still spawn.
     dups: int = 0
-
-    @property
-    def faulty(self) -> bool:
-        """Whether the network may lose or duplicate it (idempotent messages only)."""
-        return isinstance(self.body, (ControlMessage, RemoteCall))
 
 
 @dataclass(eq=False)
@@ -255,7 +257,7 @@ class SimNet:
         out: list[tuple[int, Mode]] = []
         for i, env in enumerate(self.bag):
             out.append((i, Mode.NORMAL))
-            if env.faulty:
+            if self.faults.applies(env.body):
                 if env.dups > 0:
                     out.append((i, Mode.DUP))
                 if env.retry is not None:
@@ -271,7 +273,10 @@ class SimNet:
         if mode is Mode.LOSE:
             # A lost request is simply retried later; a lost response fails its RPC, which
             # the sender retries.
-            self.bag.append(env.retry if env.retry is not None else env)
+            # The retry of a request whose response was lost spawns no further stale copies,
+            # so that the set of reachable states stays finite.
+            retry = env if env.retry is None else Envelope(env.retry.dest, env.retry.body)
+            self.bag.append(retry)
             return
         if mode is Mode.DUP:
             self.bag.append(Envelope(env.dest, env.body, env.retry, env.dups - 1))
@@ -282,7 +287,7 @@ class SimNet:
         index = rng.randrange(len(self.bag))
         env = self.bag[index]
         mode = Mode.NORMAL
-        if env.faulty:
+        if self.faults.applies(env.body):
             roll = rng.random()
             if roll < self.faults.p_lose:
                 mode = Mode.LOSE
@@ -349,7 +354,7 @@ class SimNet:
         return guarded
 
     def _post(self, dest: int, body: Body, retry: Envelope | None = None) -> None:
-        dups = self.faults.max_dups if isinstance(body, (ControlMessage, RemoteCall)) else 0
+        dups = self.faults.max_dups if self.faults.applies(body) else 0
         self.bag.append(Envelope(dest, body, retry, dups))
 
     def _send(self, msgs: list[ControlMessage], request: Envelope | None = None) -> None:
