@@ -142,3 +142,19 @@ def hold_named_segment(name_out: Any, strategy_size: int) -> None:
     seg = _segment.create(strategy_size, "file_system")
     name_out.put((os.environ["GRADWIRE_SHM_MANAGER"], seg.name))
     time.sleep(300)
+
+
+def release_slots(refs: Any, how_many: int, done: Any) -> None:
+    from gradwire.multiprocessing import _cuda_refcount
+
+    for ref in refs[:how_many]:
+        _cuda_refcount.release_slot(ref)
+    done.put(True)
+
+
+def cuda_consumer(q: Any, report: Any) -> None:
+    t = q.get()
+    report.put(float(t._data.sum()))
+    t._data[...] = 2.0
+    del t
+    report.put("released")

@@ -1,0 +1,173 @@
+"""CuPy tensors across processes: CUDA IPC memory and event handles plus producer refcounts.
+
+Sending (``reduce_cuda_tensor``): the tensor's memory is moved, once, into its own
+``cudaMalloc`` allocation (a pooled sub-allocation cannot be exported alone), like
+``share_memory_`` does for CPU tensors, so later sends reuse it and both sides see each other's
+writes. The pickle carries the IPC memory handle, the layout, an IPC event recorded after the
+producer's pending work, and a refcount slot (``_cuda_refcount``) that keeps the producer's
+memory alive until the consumer's array is garbage collected.
+
+Receiving (``rebuild_cuda_tensor``): open the handle (once per process and allocation), make
+the current stream wait on the producer's event, wrap the memory in a CuPy array whose
+finalizer closes the handle and releases the slot. A tensor that comes back to its producer is
+rebuilt from the producer's own memory (opening one's own IPC handle fails).
+
+Not exercised here: this machine has no GPU. The bookkeeping lives in ``_cuda_refcount`` and is
+tested without one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import Any
+
+from .._backend import cupy_or_none
+from ._cuda_refcount import SlotRef, registry, release_slot
+
+__all__ = ["reduce_cuda_tensor", "rebuild_cuda_tensor"]
+
+log = logging.getLogger(__name__)
+_opened: weakref.WeakValueDictionary[tuple[int, bytes], _OpenedIpcMemory] = (
+    weakref.WeakValueDictionary()
+)
+_opened_lock = threading.Lock()
+
+
+def _cupy() -> Any:
+    cp = cupy_or_none()
+    if cp is None:
+        raise RuntimeError(
+            "sharing a CUDA tensor between processes needs CuPy and a visible CUDA device; "
+            "move it to the CPU first (tensor.to('cpu')) or install gradwire[cuda]"
+        )
+    return cp
+
+
+class _ExportedMemory:
+    """Producer side: a dedicated allocation that can be exported, and its IPC handle."""
+
+    def __init__(self, cp: Any, nbytes: int) -> None:
+        self.memory = cp.cuda.memory.Memory(max(nbytes, 1))  # plain cudaMalloc, not pooled
+        self.handle = bytes(cp.cuda.runtime.ipcGetMemHandle(self.memory.ptr))
+
+
+class _OpenedIpcMemory:
+    """Consumer side: an opened IPC allocation; closing and releasing happen on collection."""
+
+    def __init__(self, cp: Any, device: int, handle: bytes, slot: SlotRef) -> None:
+        with cp.cuda.Device(device):
+            self.ptr = cp.cuda.runtime.ipcOpenMemHandle(
+                handle, cp.cuda.runtime.cudaIpcMemLazyEnablePeerAccess
+            )
+        self.slots = [slot]
+        weakref.finalize(self, _close, cp, device, self.ptr, self.slots)
+
+
+def _close(cp: Any, device: int, ptr: int, slots: list[SlotRef]) -> None:
+    try:
+        with cp.cuda.Device(device):
+            cp.cuda.runtime.ipcCloseMemHandle(ptr)
+    except Exception:  # interpreter shutdown or a lost context: the driver cleans up
+        log.debug("could not close CUDA IPC mapping %#x", ptr, exc_info=True)
+    for slot in slots:
+        release_slot(slot)
+
+
+def _export(cp: Any, tensor: Any) -> _ExportedMemory:
+    arr = tensor._data
+    owner = getattr(arr.data.mem, "gradwire_export", None)
+    if owner is not None:
+        return owner  # type: ignore[no-any-return]
+    base = tensor._base if tensor._base is not None else tensor
+    src = base._data
+    nbytes = src.nbytes if src.flags.c_contiguous else src.size * src.itemsize
+    with cp.cuda.Device(src.device.id):
+        exported = _ExportedMemory(cp, nbytes)
+        moved = cp.ndarray(src.shape, src.dtype, cp.cuda.MemoryPointer(exported.memory, 0))
+        moved[...] = src
+        exported.memory.gradwire_export = exported
+        base._data = moved
+        if tensor is not base:  # keep the view's place inside its base
+            offset = arr.data.ptr - src.data.ptr
+            tensor._data = cp.ndarray(
+                arr.shape,
+                arr.dtype,
+                cp.cuda.MemoryPointer(exported.memory, offset),
+                arr.strides,
+            )
+    return exported
+
+
+def reduce_cuda_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
+    """ForkingPickler reduction of a CuPy-backed tensor (see the module docstring).
+
+    Raises:
+        RuntimeError: without CuPy/CUDA, or for a tensor this process received over IPC
+            (re-sending it is not supported: send ``tensor.clone()``).
+    """
+    cp = _cupy()
+    arr = tensor._data
+    with _opened_lock:
+        received = any(o.ptr == arr.data.mem.ptr for o in _opened.values())
+    if received:
+        raise RuntimeError(
+            "cannot send a CUDA tensor this process received from another process: its memory "
+            "belongs to the producer. Send a process-local copy instead (tensor.clone())"
+        )
+    exported = _export(cp, tensor)
+    arr = tensor._data
+    device = arr.device.id
+    with cp.cuda.Device(device):
+        event = cp.cuda.Event(block=False, disable_timing=True, interprocess=True)
+        event.record()
+        event_handle = bytes(cp.cuda.runtime.ipcGetEventHandle(event.ptr))
+    slot = registry().register((exported, event))
+    layout = (
+        arr.dtype.str,
+        tuple(arr.shape),
+        tuple(arr.strides),
+        arr.data.ptr - exported.memory.ptr,
+    )
+    return (
+        rebuild_cuda_tensor,
+        (type(tensor), device, exported.handle, layout, event_handle, slot, tensor.requires_grad),
+    )
+
+
+def rebuild_cuda_tensor(
+    cls: type,
+    device: int,
+    handle: bytes,
+    alloc_size: int,
+    layout: tuple[str, tuple[int, ...], tuple[int, ...], int],
+    event_handle: bytes,
+    slot: SlotRef,
+    requires_grad: bool,
+) -> Any:
+    """Rebuild a CUDA tensor in the consumer; see :func:`reduce_cuda_tensor`."""
+    cp = _cupy()
+    dtype, shape, strides, offset = layout
+    if slot.producer_pid == os.getpid():  # back home: use the memory itself, release the slot
+        held = registry().local(slot)
+        release_slot(slot)
+        if held is None:
+            raise RuntimeError("a CUDA tensor came back to its producer after being released")
+        memory = held[0].memory
+    else:
+        with _opened_lock:
+            opened = _opened.get((device, handle))
+            if opened is None:
+                opened = _OpenedIpcMemory(cp, device, handle, slot)
+                _opened[(device, handle)] = opened
+            else:
+                opened.slots.append(slot)
+        memory = cp.cuda.UnownedMemory(opened.ptr, alloc_size, opened, device_id=device)
+        with cp.cuda.Device(device):
+            event_ptr = cp.cuda.runtime.ipcOpenEventHandle(event_handle)
+            cp.cuda.runtime.streamWaitEvent(cp.cuda.get_current_stream().ptr, event_ptr)
+            cp.cuda.runtime.eventDestroy(event_ptr)
+    arr = cp.ndarray(shape, cp.dtype(dtype), cp.cuda.MemoryPointer(memory, offset), strides)
+    return cls._wrap(arr, requires_grad)
