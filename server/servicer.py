@@ -128,9 +128,9 @@ class WorkerServicer:
             except GradwireError as exc:
                 first, buffers = self._agent.callee.encode_error(frame.header.call, exc)
             failed = first.reply.HasField("error")
-            chunk = self._agent.options.chunk_bytes
-            if sum(memoryview(b).nbytes for b in buffers) <= chunk:
-                return next(split(first, buffers, chunk))
+            size = sum(memoryview(b).nbytes for b in buffers)
+            if size <= self._agent.options.single_frame_bytes:
+                return next(split(first, buffers, max(1, size)))
             ttl = frame.header.call.timeout_seconds or None
             return Frame(self._agent.callee.park((first, buffers), caller, ttl), ())
         finally:

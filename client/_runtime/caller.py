@@ -103,9 +103,9 @@ class Caller:
             self.pending[call.message_id] = fut
         fut.add_done_callback(lambda _: self._forget(call.message_id))
         started = time.monotonic()
-        single = size <= agent.options.chunk_bytes
+        single = size <= agent.options.single_frame_bytes
         if single:
-            frame = next(split(first, buffers, agent.options.chunk_bytes))
+            frame = next(split(first, buffers, max(1, size)))
         if single and not blocking:
             self._start_async(peer, frame, call, fut, what, started, timeout)
             return fut

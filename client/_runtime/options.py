@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._wire.framing import DEFAULT_CHUNK_BYTES
+from .._wire.framing import DEFAULT_CHUNK_BYTES, DEFAULT_SINGLE_FRAME_BYTES
 from .._wire.policy import DEFAULT_DENY, CallablePolicy
 
 __all__ = ["GrpcRpcBackendOptions", "DEFAULT_RPC_TIMEOUT", "UNSET_RPC_TIMEOUT", "NO_TIMEOUT"]
@@ -41,7 +41,9 @@ class GrpcRpcBackendOptions:
         tls_require_client_auth: mutual TLS: the server requires a client certificate.
         tls_server_name: name to verify in the peers' certificates, when it differs from the host.
         max_message_bytes: largest payload (pickle plus tensors) sent or accepted.
-        chunk_bytes: raw bytes per frame; larger payloads are streamed in chunks.
+        chunk_bytes: raw bytes per frame of a streamed payload.
+        single_frame_bytes: payloads up to this size go as one frame over the unary fast path;
+            larger ones are streamed in ``chunk_bytes`` frames.
         max_in_flight_per_peer: calls a worker runs at once for one caller; more are refused.
         callable_allow: extra policy patterns (``"mypkg.*"`` or ``"mypkg.mod:func"``).
         callable_deny: patterns refused even if allowed (defaults to the built-in deny list).
@@ -65,6 +67,7 @@ class GrpcRpcBackendOptions:
     tls_server_name: str | None = None
     max_message_bytes: int = 64 << 30
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    single_frame_bytes: int = DEFAULT_SINGLE_FRAME_BYTES
     max_in_flight_per_peer: int = 4096
     callable_allow: tuple[str, ...] = ()
     callable_deny: tuple[str, ...] = DEFAULT_DENY
@@ -79,6 +82,8 @@ class GrpcRpcBackendOptions:
             raise ValueError(f"rpc_timeout must be >= 0 (0 = none), got {self.rpc_timeout}")
         if self.chunk_bytes < 1024:
             raise ValueError(f"chunk_bytes must be at least 1024, got {self.chunk_bytes}")
+        if self.single_frame_bytes < 0:
+            raise ValueError(f"single_frame_bytes must be >= 0, got {self.single_frame_bytes}")
         if self.token is None:
             self.token = os.environ.get("GRADWIRE_TOKEN") or None
 

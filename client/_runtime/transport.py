@@ -42,7 +42,7 @@ _HEADER_SLACK = 1 << 20
 
 def channel_options(options: GrpcRpcBackendOptions) -> list[tuple[str, Any]]:
     """gRPC options shared by every channel of a worker."""
-    limit = options.chunk_bytes + _HEADER_SLACK
+    limit = max(options.chunk_bytes, options.single_frame_bytes) + _HEADER_SLACK
     opts: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", limit),
         ("grpc.max_receive_message_length", limit),

@@ -29,11 +29,15 @@ __all__ = [
     "split",
     "ALLOWED_DTYPES",
     "DEFAULT_CHUNK_BYTES",
+    "DEFAULT_SINGLE_FRAME_BYTES",
 ]
 
 _LEN = struct.Struct("<I")
-#: Raw bytes per frame; a gRPC message is this plus a small header.
-DEFAULT_CHUNK_BYTES = 4 << 20
+#: Raw bytes per frame of a streamed message (1 MiB measured fastest here: 128 MiB echo at
+#: ~1.3 GB/s, versus ~0.9 GB/s with 4 MiB and ~0.4 GB/s with 64 MiB frames).
+DEFAULT_CHUNK_BYTES = 1 << 20
+#: Largest message sent as one frame over the unary fast path.
+DEFAULT_SINGLE_FRAME_BYTES = 4 << 20
 #: Dtypes that may travel as raw bytes (never object dtypes: raw pointers must not be trusted).
 ALLOWED_DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "

@@ -140,7 +140,9 @@ class CallablePolicy:
     allow_user_modules: bool = True
     trust_everything: bool = False
     _allow_all: tuple[str, ...] = field(init=False, repr=False, default=())
-    _decided: dict[tuple[str, str], bool] = field(init=False, repr=False, compare=False, default_factory=dict)
+    _decided: dict[tuple[str, str], bool] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_allow_all", DEFAULT_ALLOW + tuple(self.allow))

@@ -15,7 +15,7 @@ from .test_rpc_local import async_chain, echo
 
 
 def test_large_payload_streams_in_chunks_both_ways() -> None:
-    rpc.init_rpc("chunky", 0, 1, solo_options(chunk_bytes=1 << 20))
+    rpc.init_rpc("chunky", 0, 1, solo_options(chunk_bytes=256 << 10, single_frame_bytes=1 << 20))
     try:
         big = np.random.default_rng(0).standard_normal((3 << 20) // 8)  # 3 MiB, 3+ frames
         np.testing.assert_array_equal(rpc.rpc_sync("chunky", echo, (big,)), big)
