@@ -17,7 +17,6 @@ import multiprocessing as mp
 import os
 import secrets
 import socket
-import statistics
 import sys
 import time
 from concurrent import futures
@@ -113,7 +112,6 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     import grpc
-
     from gradwire.distributed import rpc
     from gradwire.futures import Future
 
@@ -178,9 +176,9 @@ def main() -> int:
             data = t_arr._data.tobytes()
             repeat = 5 if mib <= 16 else 3
             gw = _echo_rate(
-                lambda: rpc.rpc_sync("peer", echo, (t_arr,), timeout=300), nbytes, repeat
+                lambda t=t_arr: rpc.rpc_sync("peer", echo, (t,), timeout=300), nbytes, repeat
             )
-            rw = _echo_rate(lambda: raw(data, timeout=300), nbytes, repeat)
+            rw = _echo_rate(lambda d=data: raw(d, timeout=300), nbytes, repeat)
             rows.append(
                 (f"echo {mib} MiB: gradwire / raw grpcio unary", f"{gw:.2f} / {rw:.2f} GB/s")
             )

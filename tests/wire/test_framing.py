@@ -6,12 +6,11 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from gradwire._proto import worker_pb2 as pb
 from gradwire._wire.framing import Assembler, Frame, decode_frame, encode_frame, split
 from gradwire.errors import MessageTooLargeError, SerializationError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _message(pickle_bytes: bytes, arrays: list[np.ndarray]) -> tuple[pb.FrameHeader, list[object]]:

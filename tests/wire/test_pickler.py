@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from gradwire._proto import worker_pb2 as pb
 from gradwire._tensor import Tensor
 from gradwire._wire import calls
@@ -22,7 +21,9 @@ from gradwire.errors import PolicyError, RemoteError, SerializationError
 POLICY = CallablePolicy()
 
 
-def _through_wire(obj: Any, policy: CallablePolicy = POLICY, chunk: int = 64) -> tuple[Any, EncodeContext, bytes]:
+def _through_wire(
+    obj: Any, policy: CallablePolicy = POLICY, chunk: int = 64
+) -> tuple[Any, EncodeContext, bytes]:
     ctx = EncodeContext(peer="w1")
     first, buffers = calls.encode_body(pb.FrameHeader(call=pb.CallHeader()), obj, ctx)
     asm = Assembler(1 << 30)
@@ -76,9 +77,7 @@ def test_object_arrays_fall_back_to_restricted_pickle() -> None:
     assert ctx.tensors == [] and list(body) == [1, "x", None]
 
 
-@pytest.mark.parametrize(
-    "obj", [os.system, eval, subprocess.Popen, getattr, np.load, pickle.loads]
-)
+@pytest.mark.parametrize("obj", [os.system, eval, subprocess.Popen, getattr, np.load, pickle.loads])
 def test_restricted_unpickler_refuses_dangerous_globals(obj: Any) -> None:
     data = pickle.dumps(obj)
     with pytest.raises(PolicyError, match="refused by the callable policy"):
@@ -98,7 +97,9 @@ def test_policy_patterns_and_trust_switch() -> None:
     assert CallablePolicy(allow=("json",)).allows("json", "dumps")
     assert CallablePolicy(allow=("json:dumps",)).allows("json", "dumps")
     assert not CallablePolicy(allow=("json:dumps",)).allows("json", "loads")
-    assert not CallablePolicy(allow_user_modules=False).allows(__name__, "test_policy_patterns_and_trust_switch")
+    assert not CallablePolicy(allow_user_modules=False).allows(
+        __name__, "test_policy_patterns_and_trust_switch"
+    )
     assert POLICY.allows(__name__, "test_policy_patterns_and_trust_switch")
     assert CallablePolicy(trust_everything=True).allows("os", "system")
 
