@@ -3,7 +3,9 @@
 Everything ``multiprocessing`` offers is re-exported (Process, Queue, SimpleQueue, Pool, Pipe,
 get_context, ...). Importing this package registers tensor reductions with ForkingPickler, so
 gradwire tensors sent through any of them move to shared memory and arrive as views of the same
-memory. On top of that: :func:`spawn` / :func:`start_processes` and the sharing strategies.
+memory. ``Process`` is a subclass that shares tensor arguments also under ``fork`` (where
+arguments are inherited, not pickled). On top of that: :func:`spawn` / :func:`start_processes`
+and the sharing strategies.
 
 Example:
     >>> import gradwire.multiprocessing as mp
@@ -18,6 +20,7 @@ from multiprocessing import *  # noqa: F403
 
 from ._sharing import is_shared, share_memory_
 from ._strategy import get_all_sharing_strategies, get_sharing_strategy, set_sharing_strategy
+from .process import Process as Process  # replaces the star-imported one
 from .reductions import init_reductions
 from .spawn import (
     ProcessContext,

@@ -34,6 +34,8 @@ _opened: weakref.WeakValueDictionary[tuple[int, bytes], _OpenedIpcMemory] = (
     weakref.WeakValueDictionary()
 )
 _opened_lock = threading.Lock()
+_exports: weakref.WeakValueDictionary[int, _ExportedMemory] = weakref.WeakValueDictionary()
+_exports_lock = threading.Lock()
 
 
 def _cupy() -> Any:
@@ -76,28 +78,49 @@ def _close(cp: Any, device: int, ptr: int, slots: list[SlotRef]) -> None:
         release_slot(slot)
 
 
+def _byte_bounds(a: Any) -> tuple[int, int]:
+    lo = hi = int(a.data.ptr)
+    if a.size == 0:
+        return lo, lo
+    for n, st in zip(a.shape, a.strides):
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    return lo, hi + a.itemsize
+
+
 def _export(cp: Any, tensor: Any) -> _ExportedMemory:
     arr = tensor._data
-    owner = getattr(arr.data.mem, "gradwire_export", None)
-    if owner is not None:
-        return owner  # type: ignore[no-any-return]
+    with _exports_lock:
+        known = _exports.get(arr.data.mem.ptr)
+    if known is not None:
+        return known
     base = tensor._base if tensor._base is not None else tensor
-    src = base._data
-    nbytes = src.nbytes if src.flags.c_contiguous else src.size * src.itemsize
-    with cp.cuda.Device(src.device.id):
-        exported = _ExportedMemory(cp, nbytes)
-        moved = cp.ndarray(src.shape, src.dtype, cp.cuda.MemoryPointer(exported.memory, 0))
-        moved[...] = src
-        exported.memory.gradwire_export = exported
-        base._data = moved
-        if tensor is not base:  # keep the view's place inside its base
-            offset = arr.data.ptr - src.data.ptr
-            tensor._data = cp.ndarray(
-                arr.shape,
-                arr.dtype,
-                cp.cuda.MemoryPointer(exported.memory, offset),
-                arr.strides,
+    group = [base] if base is tensor else [base, tensor]
+    arrays = [t._data for t in group]
+    bounds = [_byte_bounds(a) for a in arrays]
+    lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
+    device = arr.device.id
+    with cp.cuda.Device(device):
+        exported = _ExportedMemory(cp, hi - lo)
+        # Arrays hold the UnownedMemory, whose owner keeps the exported allocation alive.
+        wrapper = cp.cuda.UnownedMemory(
+            exported.memory.ptr, exported.memory.size, exported, device_id=device
+        )
+        if hi > lo:  # byte-for-byte, so views keep their offsets and strides
+            cp.cuda.runtime.memcpyAsync(
+                exported.memory.ptr,
+                lo,
+                hi - lo,
+                cp.cuda.runtime.memcpyDeviceToDevice,
+                cp.cuda.get_current_stream().ptr,
             )
+        for t, a in zip(group, arrays):
+            ptr = cp.cuda.MemoryPointer(wrapper, a.data.ptr - lo)
+            t._data = cp.ndarray(a.shape, a.dtype, ptr, a.strides)
+    with _exports_lock:
+        _exports[exported.memory.ptr] = exported
     return exported
 
 
@@ -138,7 +161,7 @@ def reduce_cuda_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
 
 
 def rebuild_cuda_tensor(
-    cls: type,
+    cls: Any,
     device: int,
     handle: bytes,
     alloc_size: int,

@@ -62,7 +62,7 @@ _lock = threading.RLock()
 _live: weakref.WeakValueDictionary[str, Segment] = weakref.WeakValueDictionary()
 
 try:
-    import _posixshmem
+    import _posixshmem  # type: ignore[import-not-found]
 
     def _shm_open(name: str, flags: int) -> int:
         return int(_posixshmem.shm_open("/" + name, flags, 0o600))
@@ -129,7 +129,8 @@ class Segment:
             >>> seg = create(80)
             >>> seg.ndarray(np.float64, (10,))[:] = 1.0
         """
-        return np.ndarray(shape, dtype, buffer=self, offset=self.offset + offset, strides=strides)
+        buffer: Any = self
+        return np.ndarray(shape, dtype, buffer=buffer, offset=self.offset + offset, strides=strides)
 
     def export(self) -> NamedHandle | FdHandle:
         """A handle another process can attach to.

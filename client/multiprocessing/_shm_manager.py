@@ -136,15 +136,15 @@ def serve(listener: socket.socket, token: str, grace: float = DEFAULT_GRACE) -> 
                 sel.register(conn, selectors.EVENT_READ)
                 clients += 1
                 continue
-            conn = key.fileobj
-            assert isinstance(conn, socket.socket)
+            client = key.fileobj
+            assert isinstance(client, socket.socket)
             try:
-                data = conn.recv(4096)
+                data = client.recv(4096)
             except OSError:
                 data = b""
             if not data:  # the client exited or was killed
-                sel.unregister(conn)
-                conn.close()
+                sel.unregister(client)
+                client.close()
                 clients -= 1
     listener.close()
     removed = _cleanup(token)

@@ -68,7 +68,7 @@ def reduce_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
 
 
 def rebuild_cpu_tensor(
-    cls: type,
+    cls: Any,
     seg: _segment.Segment,
     layout: _Layout,
     base_layout: _Layout | None,
@@ -108,7 +108,8 @@ def _tensor_types() -> list[type]:
         from .. import nn  # noqa: F401
     except ImportError:
         pass
-    found, todo = [], [Tensor]
+    found: list[type] = []
+    todo: list[type] = [Tensor]
     while todo:
         cls = todo.pop()
         found.append(cls)

@@ -255,7 +255,7 @@ def start_processes(
         raise ValueError(
             f"start method {start_method!r} is not available here; choose one of {methods}"
         )
-    mp = multiprocessing.get_context(start_method)
+    mp: Any = multiprocessing.get_context(start_method)
     processes, error_conns = [], []
     for i in range(nprocs):
         reader, writer = mp.Pipe(duplex=False)

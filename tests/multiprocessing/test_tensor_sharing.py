@@ -161,3 +161,18 @@ def test_unknown_strategy_is_a_clear_error():
         gmp.set_sharing_strategy("bogus")
     assert gmp.get_sharing_strategy() in gmp.get_all_sharing_strategies()
     assert gmp.get_all_sharing_strategies() == {"file_descriptor", "file_system"}
+
+
+def test_package_process_shares_tensor_arguments_under_fork(strategy):
+    if gmp.get_start_method() != "fork":
+        pytest.skip("the default start method here is not fork")
+    done = gmp.Queue()
+    t = w.tensor(np.zeros(3))
+    p = gmp.Process(target=w.fill_arg, args=(t, done, 4.0))
+    p.start()
+    assert done.get(timeout=TIMEOUT)[0] is False
+    p.join(TIMEOUT)
+    assert t._data.tolist() == [4.0] * 3  # a plain fork Process would leave zeros here
+    nested = {"x": [w.tensor(np.zeros(2))]}
+    gmp.process._share_tensors(nested)
+    assert gmp.is_shared(nested["x"][0])
