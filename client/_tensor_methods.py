@@ -13,6 +13,8 @@ from ._backend import array_module
 from ._ops import binary as B
 from ._ops import movement as M
 from ._ops import reduce as R
+from ._ops import scalar as S
+from ._ops.scalar import scalar_ok
 from ._ops import unary as U
 from ._ops._base import as_tensor_like
 from ._ops.views import inplace_on_view
@@ -174,18 +176,26 @@ def setitem(self: Tensor, index: Any, value: Any) -> None:
 
 # ------------------------------------------------------------------ arithmetic
 def add(self: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
+    if alpha == 1 and scalar_ok(self, other):
+        return S.AddScalar.apply(self, other=other)
     return B.Add.apply(self, _t(other, self), alpha=alpha)
 
 
 def sub(self: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
+    if alpha == 1 and scalar_ok(self, other):
+        return S.AddScalar.apply(self, other=-other)
     return B.Sub.apply(self, _t(other, self), alpha=alpha)
 
 
 def mul(self: Tensor, other: Any) -> Tensor:
+    if scalar_ok(self, other):
+        return S.MulScalar.apply(self, other=other)
     return B.Mul.apply(self, _t(other, self))
 
 
 def div(self: Tensor, other: Any) -> Tensor:
+    if scalar_ok(self, other) and other != 0:
+        return S.DivScalar.apply(self, other=other)
     o = _t(other, self)
     a = self
     if self._data.dtype.kind in "biu" and o._data.dtype.kind in "biu":
@@ -290,10 +300,14 @@ def square(self: Tensor) -> Tensor:
 
 
 def rsub(self: Tensor, other: Any) -> Tensor:
+    if scalar_ok(self, other):
+        return S.RSubScalar.apply(self, other=other)
     return _t(other, self).sub(self)
 
 
 def rdiv(self: Tensor, other: Any) -> Tensor:
+    if scalar_ok(self, other):
+        return S.RDivScalar.apply(self, other=other)
     return div(_t(other, self), self)
 
 

@@ -50,6 +50,7 @@ class Op(Node):
     is_view = False
     save_output: str | None = None
     differentiable = True
+    scalar_operand = False  # the op's second operand is a Python number (see scalar.py)
 
     @classmethod
     def apply(cls, *inputs: Any, **kwargs: Any) -> Any:
@@ -68,6 +69,10 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         node._recording = True
         node.next_functions = tuple(edge_of(t) for t in tensors)
         node.needs_input_grad = tuple(t._requires_grad or t._grad_fn is not None for t in tensors)
+        if cls.scalar_operand:
+            # PyTorch wraps the number in a tensor: show its (empty) edge the same way.
+            node.next_functions += ((None, 0),)
+            node.needs_input_grad += (False,)
     out = node.forward(*inputs, **kwargs)
     inference = _state.inference
     if isinstance(out, tuple):

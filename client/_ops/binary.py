@@ -18,12 +18,11 @@ class _Binary(Op):
     """Keeps only the shapes/dtypes of its inputs unless a subclass saves more."""
 
     def _shapes(self, a: Any, b: Any) -> None:
-        self.save("self_meta", (a._data.shape, a._data.dtype))
-        self.save("other_meta", (b._data.shape, b._data.dtype))
+        if self._recording:  # plain attributes: cheaper than saved values, never stale
+            self._meta = (a._data.shape, a._data.dtype, b._data.shape, b._data.dtype)
 
     def _reduce(self, ga: Any, gb: Any) -> tuple[Any, Any]:
-        sa, da = self.saved("self_meta")
-        sb, db = self.saved("other_meta")
+        sa, da, sb, db = self._meta
         return (
             reduce_grad(ga, sa, da) if self.needs_input_grad[0] else None,
             reduce_grad(gb, sb, db) if self.needs_input_grad[1] else None,
