@@ -207,7 +207,9 @@ class NamedHandle:
             if seg is not None:
                 _adjust_count(self.name, -1)  # already mapped: the mapping holds its own count
                 return seg
-            _shm_manager.connect()
+            token = _shm_manager.token_of(self.name)
+            if token is not None:
+                _shm_manager.join(token)  # stay counted until this mapping is gone
             try:
                 fd = _shm_open(self.name, os.O_RDWR)
             except FileNotFoundError as exc:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["ENV_VAR", "SHM_DIR", "connect", "segment_prefix"]
+__all__ = ["ENV_VAR", "SHM_DIR", "connect", "join", "segment_prefix", "token_of"]
 
 ENV_VAR = "GRADWIRE_SHM_MANAGER"
 SHM_DIR = "/dev/shm"
@@ -29,8 +29,8 @@ DEFAULT_GRACE = 0.5
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
-_sock: socket.socket | None = None
-_token: str | None = None
+_token: str | None = None  # the manager new segments of this process are registered with
+_clients: dict[str, socket.socket] = {}  # every manager this process is a client of
 
 
 def _address(token: str) -> str:
@@ -59,25 +59,50 @@ def connect() -> str:
         >>> segment_prefix(token).startswith("gradwire_fs_")
         True
     """
-    global _sock, _token
+    global _token
     with _lock:
-        if _sock is not None and _token is not None:
+        if _token is not None:
             return _token
         token = os.environ.get(ENV_VAR)
+        if token and _join_locked(token):
+            _token = token
+            return token
         if token:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.connect(_address(token))
-            except OSError:
-                sock.close()
-                log.debug("shared-memory manager %s is gone; starting a new one", token)
-                token = None
-            else:
-                _sock, _token = sock, token
-                return token
-        _sock, _token = _start_manager()
-        os.environ[ENV_VAR] = _token
-        return _token
+            log.debug("shared-memory manager %s is gone; starting a new one", token)
+        sock, token = _start_manager()
+        _clients[token] = sock
+        _token = token
+        os.environ[ENV_VAR] = token
+        return token
+
+
+def join(token: str) -> bool:
+    """Become a client of manager ``token`` (the one that owns a segment being attached).
+
+    Returns:
+        False if that manager is gone (its segments are then gone too).
+    """
+    with _lock:
+        return _join_locked(token)
+
+
+def token_of(name: str) -> str | None:
+    """The manager token inside a segment name made by :func:`segment_prefix`, or None."""
+    parts = name.split("_")
+    return parts[2] if len(parts) == 4 and name.startswith("gradwire_fs_") else None
+
+
+def _join_locked(token: str) -> bool:
+    if token in _clients:
+        return True
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(_address(token))
+    except OSError:
+        sock.close()
+        return False
+    _clients[token] = sock
+    return True
 
 
 def _start_manager() -> tuple[socket.socket, str]:

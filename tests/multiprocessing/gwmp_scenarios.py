@@ -50,6 +50,9 @@ def run(strategy: str, mode: str) -> None:
     if mode == "kill_parent":
         print("LIVE", _live(), flush=True)
         time.sleep(300)  # the test kills us here
+    if mode == "parent_raises":
+        print("LIVE", _live(), flush=True)
+        raise RuntimeError("parent failed on purpose while children still map the memory")
     try:
         ctx.join()
     except gmp.ProcessException as exc:

@@ -120,9 +120,11 @@ def bounce(q_in: Any, q_out: Any) -> None:
 
 
 def attach_named_and_fill(handle: Any, value: float, done: Any) -> None:
+    from gradwire.multiprocessing import _shm_manager
+
     seg = handle.attach()
     seg.ndarray(np.float64, (4,))[:] = value
-    done.put(seg.seg_id)
+    done.put((seg.seg_id, sorted(_shm_manager._clients)))
 
 
 def receive_fd_and_fill(sock: Any, seg_id: str, size: int, value: float, done: Any) -> None:

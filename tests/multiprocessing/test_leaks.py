@@ -74,6 +74,23 @@ def test_no_leak_after_exit(strategy, mode, script_env):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+def test_no_leak_after_the_parent_raises(strategy, script_env):
+    before = gradwire_shm_files()
+    out = subprocess.run(
+        [sys.executable, SCENARIOS, strategy, "parent_raises"],
+        env=script_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1 and "parent failed on purpose" in out.stderr
+    token = out.stdout.split()[1]
+    live = int(out.stdout.split("LIVE")[1].split()[0])
+    assert live >= (1 if strategy == "file_system" else 0)
+    _no_leftovers(token, before)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_no_leak_after_parent_is_killed(strategy, script_env):
     before = gradwire_shm_files()
     proc = subprocess.Popen(

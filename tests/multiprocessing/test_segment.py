@@ -12,7 +12,7 @@ import gradwire.multiprocessing as gmp
 import gwmp_workers as w
 import numpy as np
 import pytest
-from gradwire.multiprocessing import _segment
+from gradwire.multiprocessing import _segment, _shm_manager
 
 TIMEOUT = 60
 
@@ -69,13 +69,15 @@ def test_discarded_handle_releases_its_reference():
     assert not _shm(name)
 
 
-def test_named_handle_attaches_in_another_process():
+def test_named_handle_attaches_in_another_process_and_joins_the_owning_manager(monkeypatch):
     seg = _segment.create(32, "file_system")
+    token = _shm_manager.token_of(seg.name)
+    monkeypatch.delenv("GRADWIRE_SHM_MANAGER")  # the child does not inherit the manager
     ctx = gmp.get_context("spawn")
     done = ctx.Queue()
     p = ctx.Process(target=w.attach_named_and_fill, args=(seg.export(), 5.0, done))
     p.start()
-    assert done.get(timeout=TIMEOUT) == seg.seg_id
+    assert done.get(timeout=TIMEOUT) == (seg.seg_id, [token])
     p.join(TIMEOUT)
     assert seg.ndarray(np.float64, (4,)).tolist() == [5.0] * 4
 

@@ -176,3 +176,19 @@ def test_package_process_shares_tensor_arguments_under_fork(strategy):
     nested = {"x": [w.tensor(np.zeros(2))]}
     gmp.process._share_tensors(nested)
     assert gmp.is_shared(nested["x"][0])
+
+
+def test_tensor_methods_and_indexing_views_work_together(strategy, ctx):
+    base = Tensor(np.arange(6.0))
+    view = base[2:5]  # the Tensor's own view op: view._base is base
+    assert view._base is base
+    assert base.share_memory_() is base and base.is_shared()
+    q, report = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=w.describe_received, args=(q, report, 1))
+    p.start()
+    q.put(view)
+    (got,) = report.get(timeout=TIMEOUT)
+    p.join(TIMEOUT)
+    assert got["values"] == [2.0, 3.0, 4.0] and got["base_shape"] == [6]
+    assert base._data[2] == 100.0  # the child's write through the view reached the base
+    assert view._data[0] == 100.0  # and the sender's view now aliases the shared base
