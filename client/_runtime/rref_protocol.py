@@ -75,7 +75,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from .rref_errors import RRefProtocolError, UnknownRRefError
 from .rref_ids import ForkId, IdGenerator, RRefId
@@ -90,8 +89,9 @@ from .rref_messages import (
     RRefForkData,
 )
 from .rref_owner import OwnerRecord, OwnerTable
-from .rref_user import PendingChild, UserRecord, UserState, UserTable
+from .rref_user import UserRecord, UserState, UserTable
 from .rref_value import ValueSlot
+from .rref_views import OwnerLeak, PendingReport, RemoteCallAccepted, RRefDebugInfo, RRefHandle
 
 __all__ = [
     "RRefProtocol",
@@ -103,76 +103,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RRefHandle:
-    """What the agent's RRef object wraps: ids, and the value slot on the owner."""
-
-    rref_id: RRefId
-    owner_id: int
-    # None on the owner (an OwnerRRef has no fork of its own).
-    fork_id: ForkId | None
-    type_name: str = ""
-    value: ValueSlot | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def is_owner(self) -> bool:
-        """Whether this handle is the OwnerRRef (on its owner)."""
-        return self.fork_id is None
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteCallAccepted:
-    """Outcome of a RemoteCall on the owner."""
-
-    # The OwnerRRef, or None if it was already deleted (a stale duplicate).
-    handle: RRefHandle | None
-    # True exactly once per RRefId: run the function and fill ``handle.value``.
-    run: bool
-    # The RemoteAck to answer with.
-    messages: list[ControlMessage]
-
-
-@dataclass(frozen=True, slots=True)
-class RRefDebugInfo:
-    """Counters for ``get_debug_info()``."""
-
-    num_owner_rrefs: int
-    num_pending_users: int
-    num_pending_children: int
-    # Forks known by the owner, summed over its OwnerRRefs.
-    num_forks: int
-    # UserRRef records of any state (including dropped ones whose delete is deferred).
-    num_users: int
-    num_tombstones: int
-
-
-@dataclass(frozen=True, slots=True)
-class PendingReport:
-    """What graceful shutdown must wait for."""
-
-    # (RRefId, ForkId) of users awaiting the owner's confirmation.
-    pending_users: tuple[tuple[RRefId, ForkId], ...]
-    # Forks held for a child until its ChildAck.
-    pending_children: tuple[PendingChild, ...]
-    # Dropped users whose RRefDelete waits on a confirmation or on a child.
-    deferred_deletes: tuple[tuple[RRefId, ForkId], ...]
-
-    @property
-    def empty(self) -> bool:
-        """Whether nothing is pending."""
-        return not (self.pending_users or self.pending_children or self.deferred_deletes)
-
-
-@dataclass(frozen=True, slots=True)
-class OwnerLeak:
-    """An OwnerRRef still referenced, for the shutdown leak check."""
-
-    rref_id: RRefId
-    state: str
-    forks: tuple[ForkId, ...]
-    local_refs: int
 
 
 class RRefProtocol:
@@ -232,6 +162,23 @@ class RRefProtocol:
             rref_id, fork_id = self._ids.next_id(), self._ids.next_id()
             rec = self._users.create_remote(owner_id, rref_id, fork_id, type_name)
             return _user_handle(rec)
+
+    def abandon_remote(self, handle: RRefHandle, error: BaseException) -> None:
+        """The RemoteCall for ``handle`` certainly never reached the owner (it failed before
+        sending): forget the caller's user; waiting ``when_confirmed`` callbacks get ``error``.
+
+        Only before the handle was forked. When delivery is uncertain, retry the RemoteCall
+        instead: it is idempotent on its RRefId.
+
+        Raises:
+            RRefProtocolError: not an unconfirmed remote() result, or already forked.
+        """
+        if handle.fork_id is None:
+            raise RRefProtocolError("an OwnerRRef has no RemoteCall to abandon")
+        fx = Effects()
+        with self._lock:
+            self._users.abandon_remote(handle.fork_id, error, fx)
+        self._after(fx)
 
     def accept_remote_call(
         self, rref_id: RRefId, fork_id: ForkId, caller_id: int, type_name: str = ""

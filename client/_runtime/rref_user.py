@@ -146,6 +146,19 @@ class UserTable:
         rec.pending_children += 1
         return RRefForkData(rec.owner_id, rec.rref_id, child_fork_id, self.worker_id, rec.type_name)
 
+    def abandon_remote(self, fork_id: ForkId, error: BaseException, fx: Effects) -> None:
+        """The remote() call creating this user certainly never reached its owner."""
+        rec = self.users.get(fork_id)
+        if rec is None or rec.parent_id is not None or rec.state is not UserState.PENDING:
+            raise RRefProtocolError(f"fork {fork_id} is not an unconfirmed remote() result")
+        if rec.pending_children:
+            # Its children will ask the owner about an RRef that will never be created.
+            raise RRefProtocolError(f"RRef {rec.rref_id} was already forked; cannot abandon it")
+        del self.users[fork_id]
+        rec.state, rec.error = UserState.FAILED, error
+        waiters, rec.waiters = rec.waiters, []
+        fx.callbacks.extend(_bind(fn, rec) for fn in waiters)
+
     # -- control messages --------------------------------------------------------------------
 
     def handle_fork_accepted(self, msg: ForkAccepted, fx: Effects) -> None:

@@ -72,6 +72,9 @@ class Faults:
     p_dup: float = 0.15
     # Stale copies one original message may spawn.
     max_dups: int = 2
+    # Probability that a user call fails certainly before delivery (random runs only); the
+    # sender then abandons the forks it carried.
+    p_fail: float = 0.0
     # Kinds of message the faults apply to (None: every control message and RemoteCall).
     kinds: tuple[type, ...] | None = None
 
@@ -81,7 +84,7 @@ class Faults:
         return self.kinds is None or isinstance(body, self.kinds)
 
 
-NO_FAULTS = Faults(0.0, 0.0, 0, kinds=())
+NO_FAULTS = Faults(0.0, 0.0, 0, 0.0, kinds=())
 
 
 @dataclass(frozen=True)
@@ -282,10 +285,23 @@ class SimNet:
             self.bag.append(Envelope(env.dest, env.body, env.retry, env.dups - 1))
         self._process(env)
 
+    def fail_payload(self, index: int) -> None:
+        """The user call ``bag[index]`` failed before delivery: its sender abandons the forks."""
+        env = self.bag[index]
+        assert isinstance(env.body, Payload)
+        self.bag[index] = self.bag[-1]
+        self.bag.pop()
+        sender = self.workers[env.body.sender].proto
+        for data in env.body.forks:
+            self._send(sender.abandon_fork(data))
+
     def step_random(self, rng: random.Random) -> None:
         """Deliver a random message with a random fault."""
         index = rng.randrange(len(self.bag))
         env = self.bag[index]
+        if isinstance(env.body, Payload) and rng.random() < self.faults.p_fail:
+            self.fail_payload(index)
+            return
         mode = Mode.NORMAL
         if self.faults.applies(env.body):
             roll = rng.random()
@@ -471,7 +487,9 @@ def run_random_program(
     n = n_workers or rng.randint(2, 5)
     actions = n_actions or rng.randint(5, 40)
     if faults is None:
-        faults = Faults(rng.choice([0.0, 0.1, 0.3]), rng.choice([0.0, 0.1, 0.3]), 2)
+        faults = Faults(
+            rng.choice([0.0, 0.1, 0.3]), rng.choice([0.0, 0.1, 0.3]), 2, rng.choice([0.0, 0.1])
+        )
     net = SimNet(n, faults)
     done = 0
     while done < actions or net.bag:

@@ -193,3 +193,36 @@ def test_concurrent_agent_threads_keep_the_tables_consistent() -> None:
     for p in protos.values():
         assert p.pending().empty and p.leaked_owner_rrefs() == []
         assert p.debug_info().num_users == 0
+
+
+def test_abandon_fork_releases_the_parent_hold() -> None:
+    deleted: list[object] = []
+    b = RRefProtocol(B, on_owner_deleted=deleted.append)
+    a = RRefProtocol(A)
+    owned = b.create_owner()
+    lost = b.fork(owned, dest=A)
+    b.release(owned)
+    assert deleted == []
+    assert b.abandon_fork(lost) == []
+    assert deleted == [owned.rref_id]
+
+    h = a.create_remote(B)
+    a.handle(b.accept_remote_call(h.rref_id, h.fork_id, A).messages[0])
+    lost = a.fork(h, dest=C)
+    assert a.release(h) == []  # held for a child that will never exist
+    assert a.abandon_fork(lost) == [RRefDelete(B, h.rref_id, h.fork_id, A)]
+    assert a.pending().empty
+
+
+def test_abandon_remote_forgets_the_unsent_user() -> None:
+    a = RRefProtocol(A)
+    h = a.create_remote(B)
+    errors = []
+    a.when_confirmed([h], errors.append)
+    a.abandon_remote(h, ConnectionError("never sent"))
+    assert isinstance(errors[0], ConnectionError)
+    assert a.pending().empty and a.debug_info().num_users == 0
+    forked = a.create_remote(B)
+    a.fork(forked, dest=C)
+    with pytest.raises(RRefProtocolError):
+        a.abandon_remote(forked, ConnectionError("too late"))

@@ -106,11 +106,11 @@ def build(n: int, scripts):
 # every kind at once. The largest combinations take minutes and run with -m slow.
 FAULT_SETS = {
     "in_order_free": NO_FAULTS,
-    "remote_call": Faults(0, 0, 1, (RemoteCall, RemoteAck)),
-    "fork_request": Faults(0, 0, 1, (ForkRequest, ForkAccepted)),
-    "child_ack": Faults(0, 0, 1, (ChildAck,)),
-    "rref_delete": Faults(0, 0, 1, (RRefDelete,)),
-    "all_kinds": Faults(0, 0, 1, None),
+    "remote_call": Faults(0, 0, max_dups=1, kinds=(RemoteCall, RemoteAck)),
+    "fork_request": Faults(0, 0, max_dups=1, kinds=(ForkRequest, ForkAccepted)),
+    "child_ack": Faults(0, 0, max_dups=1, kinds=(ChildAck,)),
+    "rref_delete": Faults(0, 0, max_dups=1, kinds=(RRefDelete,)),
+    "all_kinds": Faults(0, 0, max_dups=1, kinds=None),
 }
 SLOW = {
     ("user_to_user", "all_kinds"),

@@ -53,16 +53,24 @@ def test_many_more_random_schedules() -> None:
     p_lose=st.sampled_from([0.0, 0.2, 0.5]),
     p_dup=st.sampled_from([0.0, 0.2, 0.5]),
     max_dups=st.integers(0, 3),
+    p_fail=st.sampled_from([0.0, 0.3]),
 )
 def test_random_programs_any_shape(
-    seed: int, n_workers: int, n_actions: int, p_lose: float, p_dup: float, max_dups: int
+    seed: int,
+    n_workers: int,
+    n_actions: int,
+    p_lose: float,
+    p_dup: float,
+    max_dups: int,
+    p_fail: float,
 ) -> None:
-    run_random_program(seed, n_workers, n_actions, Faults(p_lose, p_dup, max_dups))
+    faults = Faults(p_lose, p_dup, max_dups, p_fail)
+    run_random_program(seed, n_workers, n_actions, faults)
 
 
 def test_heavy_faults_on_five_workers() -> None:
     for seed in range(200):
-        run_random_program(seed, 5, 60, Faults(0.5, 0.4, 3))
+        run_random_program(seed, 5, 60, Faults(0.5, 0.4, 3, 0.2))
 
 
 # -- mutants: each breaks one rule; the simulation must notice -------------------------------
