@@ -192,4 +192,5 @@ def promoted(*tensors: Any) -> list[Any]:
     if all(a.dtype == first for a in arrs):
         return arrs
     dt = result_dtype(*tensors)
-    return [a if a.dtype == dt else a.astype(dt) for a in arrs]
+    # Bool arrays need no cast: NumPy's ufuncs promote them to any other dtype exactly.
+    return [a if a.dtype == dt or a.dtype.kind == "b" else a.astype(dt) for a in arrs]

@@ -12,6 +12,7 @@ and a ``leaf_sink`` that receives leaf gradients instead of ``.grad``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -25,6 +26,7 @@ __all__ = ["execute", "GraphTask", "RootEdge"]
 
 RootEdge = tuple[Node, int, "Tensor"]
 _accumulate_lock = threading.Lock()
+_GRAD_REFS = 4  # see _unshared: list slot + _accumulate's argument + getrefcount + _unshared's argument
 
 
 class GraphTask:
@@ -89,6 +91,9 @@ class GraphTask:
                     if g is not None:
                         _add_to_buffer(self, nxt, nr, g)
                     self.release(nxt)
+                # Drop this frame's references so that reference counts tell _unshared the
+                # truth about the next gradients.
+                grads = outs = g = None  # type: ignore[assignment]
 
 
 def _needed_nodes(roots: Iterable[Node], targets: set[Node]) -> set[Node]:
@@ -225,6 +230,17 @@ def _run_node(task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any) -> 
     return out
 
 
+def _unshared(grad: Any) -> bool:
+    """True when no one but the engine holds ``grad`` or its buffer, so ``.grad`` may take the
+    buffer without a copy (later accumulation writes into it in place). CPython reference
+    counts: the engine's list slot, _accumulate's and _unshared's arguments and getrefcount's
+    own argument for the tensor; the tensor's slot, the local name and getrefcount's argument
+    for the buffer. A view (``base``),
+    a user-provided gradient, or one gradient object reaching two leaves all count more."""
+    data = grad._data
+    return getattr(data, "base", 1) is None and sys.getrefcount(grad) <= _GRAD_REFS and sys.getrefcount(data) <= 3
+
+
 def _accumulate(leaf: Tensor, grad: Tensor, create_graph: bool, leaf_sink: Any) -> None:
     from .._tensor import Tensor
 
@@ -246,12 +262,12 @@ def _accumulate(leaf: Tensor, grad: Tensor, create_graph: bool, leaf_sink: Any) 
             if create_graph:
                 leaf._grad = grad
             else:
-                data = grad._data
-                if data.dtype != leaf._data.dtype:
-                    data = data.astype(leaf._data.dtype)
+                if grad._data.dtype != leaf._data.dtype:
+                    leaf._grad = Tensor._wrap(grad._data.astype(leaf._data.dtype))
+                elif _unshared(grad):
+                    leaf._grad = Tensor._wrap(grad._data)  # nothing else can see it: no copy
                 else:
-                    data = data.copy()
-                leaf._grad = Tensor._wrap(data)
+                    leaf._grad = Tensor._wrap(grad._data.copy())
         elif create_graph or cur.requires_grad:
             leaf._grad = cur + grad
         else:
