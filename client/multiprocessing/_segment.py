@@ -178,6 +178,21 @@ class Segment:
             _rearm_finalizer(self)
         return self._fd
 
+    def users(self) -> int | None:
+        """How many mappings and in-flight handles hold a ``file_system`` segment (else None).
+
+        A sender that keeps a segment for reuse can check ``users() == 1`` (only its own
+        mapping) before overwriting it.
+
+        Example:
+            >>> seg = create(8, "file_system")
+            >>> seg.users()
+            1
+        """
+        if self.kind != FILE_SYSTEM:
+            return None
+        return int(np.frombuffer(self, np.int64, count=1)[0])  # type: ignore[call-overload]
+
     def __reduce_ex__(self, protocol: Any) -> Any:
         if self.kind == FILE_SYSTEM:
             return (NamedHandle.attach, (self.export(),))
@@ -198,9 +213,16 @@ class NamedHandle:
     def attach(self) -> Segment:
         """Map the segment here, taking over the reference the handle held.
 
+        Returns:
+            The mapped :class:`Segment` (the one already mapped here, when there is one).
+
         Raises:
             FileNotFoundError: if the segment is gone (its creator and every process mapping it
                 died, and the manager removed it).
+
+        Example:
+            >>> seg = NamedHandle(seg_id, name, size).attach()   # fields received from the sender
+            >>> arr = seg.ndarray(np.float32, (1024,))
         """
         with _lock:
             seg = _live.get(self.seg_id)
@@ -224,7 +246,12 @@ class NamedHandle:
             return seg
 
     def discard(self) -> None:
-        """Release the handle's reference without attaching (the receiver will not come)."""
+        """Release the handle's reference without attaching (the receiver will not come).
+
+        Example:
+            >>> handle = seg.export()
+            >>> handle.discard()   # e.g. the RPC carrying it failed
+        """
         _adjust_count(self.name, -1, missing_ok=True)
 
 
@@ -293,6 +320,10 @@ def attach_fd(fd: int, seg_id: str, size: int) -> Segment:
 
     Returns:
         The mapped segment (the one already mapped here when ``seg_id`` is known).
+
+    Example:
+        >>> _, fds, _, _ = socket.recv_fds(sock, 16, 1)
+        >>> seg = attach_fd(fds[0], seg_id, size)
     """
     try:
         with _lock:

@@ -170,3 +170,13 @@ def test_manager_waits_for_every_client(monkeypatch):
     second.join(TIMEOUT)
     wait_manager_exit(token)
     assert not _shm(name1) and not _shm(name2)
+
+
+def test_users_counts_mappings_and_handles_in_flight():
+    seg = _segment.create(8, "file_system")
+    assert seg.users() == 1
+    handle = seg.export()
+    assert seg.users() == 2
+    handle.discard()
+    assert seg.users() == 1
+    assert _segment.create(8, "file_descriptor").users() is None

@@ -41,7 +41,7 @@ def test_share_memory_of_a_view_moves_its_base_and_keeps_aliasing(strategy):
     assert base._data[9] == -1.0
 
 
-@pytest.mark.parametrize("method", ["spawn", "fork"])
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
 def test_queue_write_in_child_is_seen_by_parent(strategy, method):
     ctx = gmp.get_context(method)
     q, done = ctx.Queue(), ctx.Queue()
@@ -55,7 +55,9 @@ def test_queue_write_in_child_is_seen_by_parent(strategy, method):
     assert gmp.is_shared(t)
 
 
-def test_process_arguments_share_memory_and_keep_requires_grad_but_not_hooks(strategy, ctx):
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_process_arguments_share_memory_and_keep_requires_grad_but_not_hooks(strategy, method):
+    ctx = gmp.get_context(method)
     t = w.tensor(np.zeros(3), requires_grad=True)
     t.register_hook(lambda g: g)
     done = ctx.Queue()
