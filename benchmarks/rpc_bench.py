@@ -16,8 +16,10 @@ import logging
 import multiprocessing as mp
 import os
 import secrets
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from concurrent import futures
 from typing import Any
@@ -52,7 +54,7 @@ def _gradwire_peer(init_method: str, token: str, stop: Any, chunk: int) -> None:
     rpc.shutdown()
 
 
-def _raw_server(port: int, stop: Any) -> None:
+def _raw_server(port: int, unix_path: str, stop: Any) -> None:
     import grpc
 
     limit = 512 << 20
@@ -68,6 +70,7 @@ def _raw_server(port: int, stop: Any) -> None:
     )
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"127.0.0.1:{port}")
+    server.add_insecure_port(f"unix:{unix_path}")
     server.start()
     stop.wait()
     server.stop(0)
@@ -78,15 +81,15 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
-def _latency(fn: Any, calls: int) -> tuple[float, float]:
-    for _ in range(min(200, calls)):
+def _samples(fn: Any, calls: int) -> list[float]:
+    for _ in range(min(50, calls)):
         fn()
     samples = []
     for _ in range(calls):
         t = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t)
-    return _percentiles(samples)
+    return samples
 
 
 def _echo_rate(fn: Any, nbytes: int, repeat: int) -> float:
@@ -107,7 +110,9 @@ def main() -> int:
     )
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--sizes", default="1,16,128", help="echo sizes in MiB")
-    parser.add_argument("--chunk-mib", type=float, default=4.0, help="gradwire chunk_bytes in MiB")
+    parser.add_argument(
+        "--chunk-mib", type=float, default=1.0, help="gradwire chunk_bytes in MiB (default 1)"
+    )
     ns = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
@@ -122,9 +127,11 @@ def main() -> int:
     init_method = f"tcp://127.0.0.1:{_free_port()}"
     chunk = int(ns.chunk_mib * (1 << 20))
     raw_port = _free_port()
+    unix_dir = tempfile.mkdtemp(prefix="gw-bench-")
+    unix_path = os.path.join(unix_dir, "raw.sock")
     procs = [
         ctx.Process(target=_gradwire_peer, args=(init_method, token, stop, chunk), daemon=True),
-        ctx.Process(target=_raw_server, args=(raw_port, stop), daemon=True),
+        ctx.Process(target=_raw_server, args=(raw_port, unix_path, stop), daemon=True),
     ]
     for p in procs:
         p.start()
@@ -134,26 +141,37 @@ def main() -> int:
     rows: list[tuple[str, str]] = []
     try:
         limit = 512 << 20
-        channel = grpc.insecure_channel(
-            f"127.0.0.1:{raw_port}",
-            options=[
-                ("grpc.max_send_message_length", limit),
-                ("grpc.max_receive_message_length", limit),
-            ],
-        )
-        grpc.channel_ready_future(channel).result(timeout=30)
+        opts = [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
+        channel = grpc.insecure_channel(f"127.0.0.1:{raw_port}", options=opts)
+        unix_channel = grpc.insecure_channel(f"unix:{unix_path}", options=opts)
+        for ch in (channel, unix_channel):
+            grpc.channel_ready_future(ch).result(timeout=30)
         raw = channel.unary_unary(_METHOD)
+        raw_unix = unix_channel.unary_unary(_METHOD)
         small = b"x" * 64
-
-        raw50, raw99 = _latency(lambda: raw(small, timeout=10), ns.calls)
-        gw50, gw99 = _latency(lambda: rpc.rpc_sync("peer", noop), ns.calls)
-        rows.append(
-            ("raw grpcio unary echo p50 / p99", f"{raw50 * 1e6:.0f} us / {raw99 * 1e6:.0f} us")
+        # Interleaved rounds, so that the load of a shared machine hits every contestant alike.
+        samples: dict[str, list[float]] = {"tcp": [], "unix": [], "gradwire": []}
+        contestants = {
+            "tcp": lambda: raw(small, timeout=10),
+            "unix": lambda: raw_unix(small, timeout=10),
+            "gradwire": lambda: rpc.rpc_sync("peer", noop),
+        }
+        rounds = 10
+        for _ in range(rounds):
+            for key, fn in contestants.items():
+                samples[key] += _samples(fn, max(1, ns.calls // rounds))
+        (t50, t99), (u50, u99), (g50, g99) = (
+            _percentiles(samples[k]) for k in ("tcp", "unix", "gradwire")
         )
+        for label, p50, p99 in (
+            ("raw grpcio unary echo, TCP loopback", t50, t99),
+            ("raw grpcio unary echo, Unix socket", u50, u99),
+            ("gradwire noop rpc_sync (Unix socket)", g50, g99),
+        ):
+            rows.append((f"{label} p50 / p99", f"{p50 * 1e6:.0f} us / {p99 * 1e6:.0f} us"))
         rows.append(
-            ("gradwire noop rpc_sync p50 / p99", f"{gw50 * 1e6:.0f} us / {gw99 * 1e6:.0f} us")
+            ("gradwire p50 / raw TCP p50, / raw Unix p50", f"{g50 / t50:.2f}x, {g50 / u50:.2f}x")
         )
-        rows.append(("gradwire p50 / raw p50", f"{gw50 / raw50:.2f}x"))
 
         total = max(2000, ns.calls)
         inflight: list[Future[Any]] = []
@@ -179,10 +197,15 @@ def main() -> int:
                 lambda t=t_arr: rpc.rpc_sync("peer", echo, (t,), timeout=300), nbytes, repeat
             )
             rw = _echo_rate(lambda d=data: raw(d, timeout=300), nbytes, repeat)
+            ru = _echo_rate(lambda d=data: raw_unix(d, timeout=300), nbytes, repeat)
             rows.append(
-                (f"echo {mib} MiB: gradwire / raw grpcio unary", f"{gw:.2f} / {rw:.2f} GB/s")
+                (
+                    f"echo {mib} MiB: gradwire / raw unary TCP / raw unary Unix",
+                    f"{gw:.2f} / {rw:.2f} / {ru:.2f} GB/s (round-trip payload)",
+                )
             )
         channel.close()
+        unix_channel.close()
         try:
             import torch.distributed.rpc  # noqa: F401
 
@@ -194,6 +217,7 @@ def main() -> int:
         rpc.shutdown()
         for p in procs:
             p.join(10)
+        shutil.rmtree(unix_dir, ignore_errors=True)
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         log.info("%s  %s", k.ljust(width), v)

@@ -71,6 +71,8 @@ async def _start(address: str, agent: Any) -> tuple[grpc.aio.Server, int]:
         log.debug("bind %s failed: %s", address, exc)
     if not port and not address.startswith("unix:"):
         raise OSError(f"cannot listen on {address}: address in use or not local")
+    if agent.local_address:
+        server.add_insecure_port(agent.local_address)
     await health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()

@@ -17,7 +17,11 @@ import asyncio
 import enum
 import itertools
 import logging
+import os
 import secrets
+import shutil
+import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -131,6 +135,8 @@ class Agent:
         self.by_name: dict[str, Peer] = {}
         self.session = ""
         self.address = ""
+        #: "unix:/path" this worker also serves on (same-host peers dial it), or "".
+        self.local_address = self._unix_listener()
         #: Token expected from and sent to peers; None: no authentication.
         self.token: str | None = options.token
         #: True when rank 0 generated the token (Join is then open on loopback).
@@ -164,6 +170,17 @@ class Agent:
                 "authentication: set GRADWIRE_TOKEN (or rpc_backend_options token=...), use "
                 "mutual TLS, or pass allow_insecure=True on a closed network"
             )
+
+    def _unix_listener(self) -> str:
+        if (
+            not self.options.use_unix_socket
+            or self.options.tls_enabled
+            or not hasattr(socket, "AF_UNIX")
+        ):
+            return ""
+        # A private directory: only this user can connect (the token is still checked).
+        self._unix_dir = tempfile.mkdtemp(prefix="gw-")
+        return f"unix:{os.path.join(self._unix_dir, f'{self.rank}.sock')}"
 
     def _set_state(self, state: AgentState) -> None:
         with self._state_lock:
@@ -227,7 +244,13 @@ class Agent:
             RpcInitError: the rendezvous failed or timed out (the message says why).
         """
         self._set_state(AgentState.JOINING)
-        me = pb.WorkerInfo(name=self.name, id=self.rank, address=self.address, host_id=host_id())
+        me = pb.WorkerInfo(
+            name=self.name,
+            id=self.rank,
+            address=self.address,
+            host_id=host_id(),
+            local_address=self.local_address,
+        )
         timeout = self.options.init_timeout
         if self.rank == 0:
             assert self.rendezvous is not None
@@ -259,7 +282,17 @@ class Agent:
                 self.token = reply.token
         self.transport.set_token(self.token, self.rank)
         self.session = reply.session
-        self.peers = [Peer(w.name, w.id, w.address, w.host_id) for w in reply.workers]
+        self.peers = [
+            Peer(
+                w.name,
+                w.id,
+                w.address,
+                w.host_id,
+                w.local_address,
+                w.local_address if w.local_address and w.host_id == me.host_id else w.address,
+            )
+            for w in reply.workers
+        ]
         self.by_name = {p.name: p for p in self.peers}
         if self.rank == 0:
             self.barriers = BarrierHost({p.id: p.name for p in self.peers})
@@ -296,7 +329,7 @@ class Agent:
         started = time.monotonic()
         try:
             return self.transport.control(
-                self.peers[0].address, "Barrier", request, pb.BarrierReply, timeout + 5
+                self.peers[0].dial, "Barrier", request, pb.BarrierReply, timeout + 5
             )
         except grpc.RpcError as exc:
             raise map_rpc_error(
@@ -352,6 +385,8 @@ class Agent:
                 log.exception("stopping the server of %s failed", self.name)
         self.transport.close()
         self.pool.close()
+        if self.local_address:
+            shutil.rmtree(self._unix_dir, ignore_errors=True)
         self._set_state(AgentState.SHUTDOWN)
 
     # -- extension points ------------------------------------------------------------------------
@@ -399,8 +434,8 @@ class Agent:
                 {
                     "name": p.name,
                     "id": p.id,
-                    "address": p.address,
-                    "channel_state": states.get(p.address, "IDLE"),
+                    "address": p.dial,
+                    "channel_state": states.get(p.dial, "IDLE"),
                 }
                 for p in self.peers
             ],

@@ -114,10 +114,10 @@ class Caller:
             try:
                 with blocking_region():
                     if single:
-                        reply = [agent.transport.call(peer.address, frame, timeout)]
+                        reply = [agent.transport.call(peer.dial, frame, timeout)]
                     else:
                         frames = split(first, buffers, agent.options.chunk_bytes)
-                        reply = agent.transport.stream(peer.address, frames, timeout)
+                        reply = agent.transport.stream(peer.dial, frames, timeout)
                     msg = self._assemble(peer, reply)
                 self._finish(peer, call, msg, fut, what, started, timeout)
             except grpc.RpcError as exc:
@@ -160,7 +160,7 @@ class Caller:
                 complete()
 
         try:
-            agent.transport.call_future(peer.address, frame, timeout, on_done)
+            agent.transport.call_future(peer.dial, frame, timeout, on_done)
         except GradwireError as exc:
             self._fail(fut, exc)
 
@@ -191,7 +191,7 @@ class Caller:
             try:
                 with blocking_region():
                     msg = self._assemble(
-                        peer, agent.transport.fetch_reply(peer.address, request, left)
+                        peer, agent.transport.fetch_reply(peer.dial, request, left)
                     )
             except grpc.RpcError as exc:
                 self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
@@ -273,7 +273,7 @@ class Caller:
             try:
                 with blocking_region():
                     return self._agent.transport.control(
-                        peer.address, method, request, response_cls, left
+                        peer.dial, method, request, response_cls, left
                     )
             except grpc.RpcError as exc:
                 raise map_rpc_error(exc, peer.name, method, started, timeout) from exc

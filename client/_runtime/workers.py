@@ -37,6 +37,10 @@ class Peer:
     id: int
     address: str
     host_id: str = ""
+    #: Unix socket of the peer's server, when it has one.
+    local_address: str = ""
+    #: The address this worker dials: the Unix socket for a peer on the same host, else address.
+    dial: str = ""
 
     @property
     def info(self) -> WorkerInfo:

@@ -58,6 +58,10 @@ def all_to_all(rank: int, world_size: int) -> list[str]:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     got = rpc.rpc_sync((rank + 1) % world_size, add, (x, x))
     np.testing.assert_array_equal(got, x + x)
+    from gradwire._runtime import agent
+
+    # Peers on the same host dial each other's Unix domain socket.
+    assert all(p.dial.startswith("unix:") for p in agent.current().peers), agent.current().peers
     return names
 
 
