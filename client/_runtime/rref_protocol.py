@@ -45,12 +45,19 @@ Invariants
 - G2: a parent's delete is deferred while it has pending children, and a child acknowledges only
   after the owner confirmed it (the owner itself acknowledges once it holds a local reference).
 - Safety: the owner deletes a LIVE record only when it knows no fork and holds no local
-  reference. Every fork the owner does not know is PENDING or in flight, so its parent holds a
-  pending child and has not sent its delete; by induction up the fork tree (which is rooted at
-  the creator's fork, known once LIVE, or at the owner itself) some ancestor is known and not
-  deleted, so no fork can be alive when the known set is empty.
+  reference, and then no fork can be alive. Suppose fork X is alive (a record somewhere, or in
+  a payload in flight). A fork leaves the known set only through its own RRefDelete (or when
+  the owner receives a fork it sent itself, whose local reference then takes over), so if X
+  was ever known it still is; hence X was never known, so it is unconfirmed and has not sent
+  its ChildAck, so its parent still holds a pending child and has not sent its RRefDelete: the
+  parent is alive too, and the argument repeats up the fork tree (a tree: every fork has one
+  parent). The climb ends at a fork the owner knows: the creator's fork (known since the
+  RemoteCall made the record LIVE) or a fork the owner made itself (known from the moment it
+  was made). Either way the known set was not empty. An AWAITING_CREATION record never reaches
+  this test, since its creator's fork is not known yet.
 - Liveness: once every user is dropped and all messages are delivered, every pending child is
-  acknowledged, every user is confirmed and deleted, and every OwnerRRef is deleted.
+  acknowledged, every user is confirmed and deleted, and every OwnerRRef is deleted. This needs
+  the tombstones below: without them a stale message could re-add a deleted fork.
 
 Reordering, duplicates and retries
 ----------------------------------
@@ -64,6 +71,17 @@ the function). The owner keeps tombstones of deleted forks (per live record) and
 RRefs (for ``tombstone_ttl`` seconds, which must exceed one attempt's deadline). Messages that
 overtake the creation of an RRef minted elsewhere create it AWAITING_CREATION; an unknown RRef
 minted by the owner itself was deleted.
+
+What the agent must do
+----------------------
+- Call ``fork`` before a payload leaves, and embed the returned ``RRefForkData``; deliver
+  payloads (user calls and replies) at most once, as gRPC does for calls never retried. Each
+  received fork is its own user: release every handle ``receive_fork`` returned.
+- Send every returned message, retrying ForkRequest, ChildAck, RRefDelete and RemoteCall until
+  answered (each handler is idempotent). ``abandon_fork`` / ``abandon_remote`` only on certain
+  non-delivery; when unsure keep retrying, or accept a leak (never an early delete).
+- Run a function that received RRefs from ``when_confirmed``; answer a to_here from
+  ``owner_value``; fill the value slot of a created OwnerRRef exactly once.
 
 Thread safety: one lock per worker guards all tables; callbacks (confirmation, deletion) run
 after it is released, in the thread that delivered the event.
