@@ -177,8 +177,8 @@ _dual_lock = threading.Lock()
 
 
 def _dual_str(self: Any) -> str:
-    base = type(self).__mro__[1]
-    return _describe(base.__str__(self), self)
+    base_str: Any = type(self).__mro__[1].__str__
+    return _describe(base_str(self), self)
 
 
 def remote_error_type(cls: type[BaseException]) -> type:

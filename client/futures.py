@@ -98,7 +98,7 @@ class Future(Generic[T]):
         """
         state = self._state
         if state == _RESULT:
-            return self._value  # type: ignore[no-any-return]
+            return self._value
         if state == _ERROR:
             raise self._value
         raise InvalidFutureStateError(

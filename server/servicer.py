@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
+from gradwire._runtime.callee import until_done
 from gradwire._runtime.transport import IN_FLIGHT_MARK, SERVICE
 from gradwire._wire.framing import Assembler, Frame, Message, decode_frame, encode_frame, split
 from gradwire.errors import (
@@ -64,13 +65,8 @@ def _caller_id(context: grpc.aio.ServicerContext) -> int:
 
 async def _await_value(value: Any) -> Any:
     if isinstance(value, Future):
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        value.add_done_callback(
-            lambda _: loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
-        )
-        await done
-        return value.wait()
+        await until_done(value)
+        return value.value()
     return value
 
 
@@ -107,7 +103,7 @@ class WorkerServicer:
     async def _serve(self, msg: Message, caller: int) -> tuple[pb.FrameHeader, list[Any]]:
         if not msg.header.HasField("call"):
             raise SerializationError("the first frame of a call carries no CallHeader")
-        return await self._agent.callee.serve(msg, caller)  # type: ignore[no-any-return]
+        return await self._agent.callee.serve(msg, caller)
 
     # -- user calls ----------------------------------------------------------------------------
 
@@ -184,7 +180,7 @@ class WorkerServicer:
         self, request: pb.JoinRequest, context: grpc.aio.ServicerContext
     ) -> pb.JoinReply:  # noqa: N802
         try:
-            return await self._agent.serve_join(request)  # type: ignore[no-any-return]
+            return await self._agent.serve_join(request)
         except GradwireError as exc:
             await self._fail(context, exc)
             raise  # pragma: no cover - abort raises
@@ -200,7 +196,7 @@ class WorkerServicer:
         timeout = context.time_remaining() or self._agent.options.rpc_timeout
         return await barriers.arrive(
             request.name, request.generation, request.worker_id, max(0.0, timeout - 1)
-        )  # type: ignore[no-any-return]
+        )
 
     async def GetDebugInfo(  # noqa: N802
         self, request: pb.DebugInfoRequest, context: grpc.aio.ServicerContext
@@ -293,7 +289,7 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
     f_in, f_out = decode_frame, encode_frame
 
     def ser(m: Any) -> bytes:
-        return m.SerializeToString()  # type: ignore[no-any-return]
+        return m.SerializeToString()
 
     def unary_control(method: str, req: Any) -> grpc.RpcMethodHandler:
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -27,7 +27,7 @@ from . import hooks
 if TYPE_CHECKING:
     from .agent import Agent
 
-__all__ = ["Callee", "ASYNC_EXECUTION_ATTR", "Reply"]
+__all__ = ["Callee", "ASYNC_EXECUTION_ATTR", "Reply", "until_done"]
 
 log = logging.getLogger(__name__)
 #: Attribute set by ``rpc.functions.async_execution`` on the functions it marks.
@@ -36,6 +36,21 @@ ASYNC_EXECUTION_ATTR = "_gradwire_async_execution"
 _PARK_SECONDS = 300.0
 
 Reply = tuple[pb.FrameHeader, list[Any]]
+
+
+async def until_done(fut: Future[Any]) -> None:
+    """On the I/O loop: wait for a gradwire Future without holding any thread."""
+    if fut.done():
+        return
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def wake_in_loop() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    fut.add_done_callback(lambda _: loop.call_soon_threadsafe(wake_in_loop))
+    await done
 
 
 class _Later:
@@ -79,22 +94,15 @@ class Callee:
 
     async def serve(self, msg: Message, caller_id: int) -> Reply:
         """Run the call in ``msg`` and return its encoded reply (result or error)."""
-        loop = asyncio.get_running_loop()
         outcome = await asyncio.wrap_future(self._agent.pool.submit(self._run, msg, caller_id))
         if isinstance(outcome, _Later):
-            done: asyncio.Future[None] = loop.create_future()
-
-            def wake(_: Future[Any]) -> None:
-                loop.call_soon_threadsafe(lambda: done.done() or done.set_result(None))
-
-            outcome.future.add_done_callback(wake)
-            await done
+            await until_done(outcome.future)
             outcome = await asyncio.wrap_future(
                 self._agent.pool.submit(
                     self._encode_future, msg.header.call, outcome.future, caller_id
                 )
             )
-        return outcome  # type: ignore[no-any-return]
+        return outcome
 
     def _run(self, msg: Message, caller_id: int) -> Reply | _Later:
         agent = self._agent

@@ -113,6 +113,7 @@ class Caller:
         def run() -> None:
             try:
                 with blocking_region():
+                    reply: Iterable[Frame]
                     if single:
                         reply = [agent.transport.call(peer.dial, frame, timeout)]
                     else:

@@ -168,7 +168,7 @@ class Transport:
 
     def call(self, address: str, frame: Frame, timeout: float | None) -> Frame:
         """Blocking single-frame call (raises grpc.RpcError)."""
-        return self._get(address).call(frame, timeout=timeout, metadata=self.metadata)  # type: ignore[no-any-return]
+        return self._get(address).call(frame, timeout=timeout, metadata=self.metadata)
 
     def call_future(
         self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
@@ -181,15 +181,13 @@ class Transport:
         self, address: str, frames: Iterable[Frame], timeout: float | None
     ) -> Iterator[Frame]:
         """Streaming call: send ``frames``, iterate the reply frames (raises grpc.RpcError)."""
-        return self._get(address).python_call(  # type: ignore[no-any-return]
-            iter(frames), timeout=timeout, metadata=self.metadata
-        )
+        return self._get(address).python_call(iter(frames), timeout=timeout, metadata=self.metadata)
 
     def fetch_reply(
         self, address: str, request: pb.FetchReplyRequest, timeout: float | None
     ) -> Iterator[Frame]:
         """Stream a parked reply (raises grpc.RpcError)."""
-        return self._get(address).fetch_reply(request, timeout=timeout, metadata=self.metadata)  # type: ignore[no-any-return]
+        return self._get(address).fetch_reply(request, timeout=timeout, metadata=self.metadata)
 
     def control(
         self,

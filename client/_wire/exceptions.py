@@ -69,7 +69,8 @@ def encode_exception(exc: BaseException, worker: str) -> pb.RemoteException:
             pickled = buf.getvalue()
     except Exception:  # unpicklable exception state: the caller gets a RemoteError
         log.debug("exception %r is not picklable; sending type, message and traceback", exc)
-    message = str(exc) if not isinstance(exc, RemoteError) else cls.__str__(exc).split("\n\n(")[0]
+    base_str: Any = cls.__str__
+    message = str(exc) if not isinstance(exc, RemoteError) else base_str(exc).split("\n\n(")[0]
     return pb.RemoteException(
         type_name=f"{origin[0]}:{origin[1]}",
         message=message,

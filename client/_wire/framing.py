@@ -207,9 +207,7 @@ class Assembler:
         for meta, dt in sizes:
             arr = np.empty(tuple(meta.shape), dtype=dt)
             arrays.append(arr)
-            self._regions.append(
-                (meta.nbytes, memoryview(arr).cast("B") if arr.size else memoryview(b""))
-            )
+            self._regions.append((meta.nbytes, byte_view(arr)))
         self._total = total
         self.message = Message(h, pickle_buf, arrays)
 

@@ -13,14 +13,14 @@ import numpy as np
 
 from .._proto import worker_pb2 as pb
 from ..errors import SerializationError
-from .framing import ALLOWED_DTYPES
+from .framing import ALLOWED_DTYPES, byte_view
 
 __all__ = ["KIND_TENSOR", "KIND_PARAMETER", "KIND_NDARRAY", "pack", "unpack", "tensor_classes"]
 
 KIND_TENSOR, KIND_PARAMETER, KIND_NDARRAY = "tensor", "parameter", "ndarray"
 
 
-def tensor_classes() -> tuple[type | None, type | None]:
+def tensor_classes() -> tuple[Any, Any]:
     """``(gradwire.Tensor, gradwire.nn.Parameter)``, each None while not importable."""
     try:
         from .._tensor import Tensor
@@ -87,8 +87,7 @@ def pack(
         requires_grad=requires_grad,
         kind=kind,
     )
-    buf = memoryview(host).cast("B") if host.size else memoryview(b"")
-    return meta, buf
+    return meta, byte_view(host)
 
 
 def unpack(meta: pb.TensorMeta, arr: np.ndarray) -> Any:

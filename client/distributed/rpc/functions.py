@@ -33,7 +33,7 @@ def async_execution(fn: F) -> F:
     """
     if isinstance(fn, (staticmethod, classmethod)):
         setattr(fn.__func__, ASYNC_EXECUTION_ATTR, True)
-        return fn  # type: ignore[return-value]
+        return fn
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
