@@ -152,3 +152,51 @@ def big_echo(rank: int, world_size: int, mib: int) -> dict[str, float]:
     assert isinstance(b, Tensor) and b.shape == a.shape
     assert np.array_equal(b._data[:: 1 << 16], a._data[:: 1 << 16]) and b._data[-1] == a._data[-1]
     return {"extra_bytes": peak - base, "seconds": elapsed, "payload": float(mib << 20)}
+
+
+def health_of(address: str) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return int(stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status)
+
+
+def shutdown_timeout_is_honoured(rank: int, world_size: int) -> dict[str, Any]:
+    """Rank 0 shuts down while rank 1 stays busy: barrier times out after the given timeout."""
+    from gradwire._runtime import agent
+
+    errors = rpc_errors()
+    if rank == 0:
+        started = time.monotonic()
+        try:
+            rpc.shutdown(graceful=True, timeout=1.5)
+        except errors.RpcTimeoutError as exc:
+            return {"elapsed": time.monotonic() - started, "error": str(exc)}
+        raise AssertionError("shutdown barrier did not time out")
+    me = agent.current()
+    rank0 = me.peers[0].dial
+    time.sleep(0.5)  # rank 0 is now at the barrier
+    status = health_of(rank0)
+    time.sleep(2.5)  # and has given up waiting
+    try:
+        rpc.shutdown(graceful=True, timeout=3)
+    except (errors.WorkerUnavailableError, errors.RpcTimeoutError) as exc:
+        return {"health_of_rank0_at_barrier": status, "own_shutdown": type(exc).__name__}
+    return {"health_of_rank0_at_barrier": status, "own_shutdown": "ok"}
+
+
+def async_call_to_killed_peer(rank: int, world_size: int) -> str:
+    if rank == 1:
+        time.sleep(30)
+        return "not killed"
+    fut = rpc.rpc_async("worker1", die, timeout=20)
+    started = time.monotonic()
+    try:
+        fut.wait()
+    except rpc_errors().WorkerUnavailableError as exc:
+        assert time.monotonic() - started < 10
+        rpc.shutdown(graceful=False)
+        return str(exc)
+    raise AssertionError("call to a dying worker did not fail")

@@ -116,3 +116,17 @@ def test_one_gib_tensor_round_trip() -> None:
     print(
         f"1 GiB echo: {result['seconds']:.2f} s, extra peak {result['extra_bytes'] / 2**20:.0f} MiB"
     )
+
+
+def test_shutdown_timeout_is_honoured_and_health_turns_not_serving() -> None:
+    results = run_cluster(2, bodies.shutdown_timeout_is_honoured, timeout=60)
+    rank0, rank1 = results[0].value, results[1].value
+    assert 1.4 < rank0["elapsed"] < 4.0, rank0
+    assert "never arrived: worker1" in rank0["error"]
+    assert rank1["health_of_rank0_at_barrier"] == 2  # NOT_SERVING while shutting down
+    assert rank1["own_shutdown"] in ("WorkerUnavailableError", "RpcTimeoutError")
+
+
+def test_async_call_to_a_killed_peer_fails() -> None:
+    results = run_cluster(2, bodies.async_call_to_killed_peer, expect_failure={1})
+    assert "worker1" in results[0].value
