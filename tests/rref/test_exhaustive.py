@@ -14,7 +14,8 @@ from gradwire._runtime.rref_messages import (
 )
 
 from .explore import Scenario, Step, explore
-from .simnet import NO_FAULTS, Faults, RemoteCall, SimNet
+from .mutants import MUTANTS
+from .simnet import NO_FAULTS, Faults, RemoteCall, SafetyViolation, SimNet
 
 OWNER, A, C, D = 0, 1, 2, 3
 
@@ -135,3 +136,23 @@ def test_every_interleaving_is_safe_and_leak_free(name: str, fault_name: str) ->
     # Every schedule ends in the same place: all scripts done, everything deleted.
     assert stats.final_states == 1
     assert stats.states > 5
+
+
+@pytest.mark.parametrize(
+    ("mutant", "name", "fault_name"),
+    [
+        ("ack_before_confirmation", "user_to_user", "in_order_free"),
+        ("delete_ignoring_children", "user_to_user", "in_order_free"),
+        ("delete_awaiting_creation", "user_to_owner_arg", "in_order_free"),
+        ("no_fork_tombstones", "user_to_user", "fork_request"),
+        ("no_rref_tombstones", "user_to_user", "fork_request"),
+    ],
+)
+def test_exploration_catches_broken_protocols(
+    mutant: str, name: str, fault_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cls, attr, broken = MUTANTS[mutant]
+    monkeypatch.setattr(cls, attr, broken)
+    n, scripts = SCENARIOS[name]
+    with pytest.raises((SafetyViolation, KeyError)):
+        explore(build(n, scripts), FAULT_SETS[fault_name])
