@@ -69,7 +69,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         is_join = method == f"/{SERVICE}/Join"
         if is_join and agent.token_generated:
             return await continuation(details)
-        if not is_join and not agent._ready.is_set():
+        if not is_join and not agent.is_ready():
             if not await agent.wait_ready(agent.options.init_timeout):
                 return _rejecting_handler(
                     method,

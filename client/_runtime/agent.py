@@ -205,6 +205,10 @@ class Agent:
         self.address = self.options.advertise_address or f"{host}:{port}"
         self._stop_server = stop
 
+    def is_ready(self) -> bool:
+        """True once the rendezvous completed."""
+        return self._ready.is_set()
+
     async def wait_ready(self, timeout: float) -> bool:
         """On the I/O loop: wait until the rendezvous completed (True) or ``timeout``."""
         try:
@@ -366,8 +370,7 @@ class Agent:
                         self.name,
                         timeout,
                     )
-                while self.callee.in_flight and time.monotonic() < deadline:
-                    time.sleep(0.005)
+                self.callee.wait_idle(deadline - time.monotonic())
             except (RpcTimeoutError, WorkerUnavailableError) as exc:
                 problem = exc
             except Exception as exc:  # stop anyway, report

@@ -67,7 +67,7 @@ class Callee:
 
     def __init__(self, agent: Agent) -> None:
         self._agent = agent
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self.served = 0
         self.failed = 0
         self.in_flight = 0
@@ -91,6 +91,13 @@ class Callee:
             self.in_flight -= 1
             self.served += 1
             self.failed += int(failed)
+            if not self.in_flight:
+                self._lock.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no call is being served (True) or ``timeout`` seconds pass (False)."""
+        with self._lock:
+            return self._lock.wait_for(lambda: not self.in_flight, max(0.0, timeout))
 
     async def serve(self, msg: Message, caller_id: int) -> Reply:
         """Run the call in ``msg`` and return its encoded reply (result or error)."""
