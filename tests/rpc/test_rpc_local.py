@@ -238,3 +238,11 @@ def test_debug_info_counts_calls(solo: rpc.WorkerInfo) -> None:
     assert info["state"] == "RUNNING"
     assert info["peers"][0]["name"] == "solo"
     assert info["peers"][0]["channel_state"] in ("READY", "IDLE")
+
+
+def test_worker_info_is_hashable_picklable_and_travels(solo: rpc.WorkerInfo) -> None:
+    assert rpc.get_worker_info() == solo == rpc.get_worker_info("solo")
+    assert solo.name == "solo" and solo.id == 0
+    assert {solo: 1}[rpc.WorkerInfo("solo", 0)] == 1
+    assert pickle.loads(pickle.dumps(solo)) == solo
+    assert rpc.rpc_sync("solo", echo, (solo,)) == solo

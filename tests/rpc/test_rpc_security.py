@@ -6,6 +6,7 @@ from typing import Any
 
 import grpc
 import pytest
+from gradwire import errors
 from gradwire._proto import worker_pb2 as pb
 from gradwire._wire import calls
 from gradwire._wire.framing import decode_frame, encode_frame, split
@@ -111,3 +112,17 @@ def test_debug_rpc(solo: rpc.WorkerInfo) -> None:
         )
         info = stub(pb.DebugInfoRequest(), timeout=5, metadata=[("x-gradwire-token", "test-token")])
     assert info.worker == "solo" and info.state == "RUNNING" and info.peers[0].name == "solo"
+
+
+def test_unresolvable_function_names_function_and_worker(solo: rpc.WorkerInfo) -> None:
+    from gradwire._wire.exceptions import decode_exception
+    from gradwire._wire.policy import CallablePolicy
+
+    frame = _call_frame(record, "x")
+    frame.header.call.function = f"{__name__}:no_such_function"
+    with grpc.insecure_channel(_address()) as channel:
+        call = channel.unary_unary("/gradwire.v1.Worker/Call", encode_frame, decode_frame)
+        reply = call(frame, timeout=5, metadata=[("x-gradwire-token", "test-token")])
+    err = decode_exception(reply.header.reply.error, CallablePolicy())
+    assert isinstance(err, errors.SerializationError)
+    assert f"{__name__}:no_such_function does not resolve on worker 'solo'" in str(err)
