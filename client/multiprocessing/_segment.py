@@ -36,7 +36,7 @@ import struct
 import threading
 import weakref
 from dataclasses import dataclass
-from multiprocessing import reduction
+from multiprocessing import reduction, util
 from typing import Any
 
 import numpy as np
@@ -60,6 +60,42 @@ _HEADER = 64  # named segments: int64 reference count, payload starts cache-line
 _COUNT = struct.Struct("=q")
 _lock = threading.RLock()
 _live: weakref.WeakValueDictionary[str, Segment] = weakref.WeakValueDictionary()
+
+
+def _reset_lock_after_fork() -> None:  # a thread of the parent may have held it while forking
+    global _lock
+    _lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_reset_lock_after_fork)
+
+
+def _release_all_at_exit() -> None:
+    """Give back this process' counts on named segments before it exits.
+
+    Child processes of ``multiprocessing`` leave through ``os._exit``, which skips ``atexit``
+    (and so ``weakref.finalize``); they do run multiprocessing's own exit finalizers, where
+    this is registered. Mappings stay in place: only counts and descriptors are released.
+    """
+    with _lock:
+        segments = list(_live.values())
+    for seg in segments:
+        finalizer = getattr(seg, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+
+
+class _ExitHook:
+    """Installs :func:`_release_all_at_exit`, again in every child (``_bootstrap`` clears them)."""
+
+    def install(self) -> None:
+        # Priority -10: after the Queue feeder threads (-5) flushed, so their pickling is done.
+        util.Finalize(None, _release_all_at_exit, exitpriority=-10)
+
+
+_exit_hook = _ExitHook()
+_exit_hook.install()
+util.register_after_fork(_exit_hook, _ExitHook.install)
 
 try:
     import _posixshmem  # type: ignore[import-not-found]

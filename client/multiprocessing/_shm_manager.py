@@ -33,6 +33,14 @@ _token: str | None = None  # the manager new segments of this process are regist
 _clients: dict[str, socket.socket] = {}  # every manager this process is a client of
 
 
+def _reset_lock_after_fork() -> None:  # a thread of the parent may have held it while forking
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_lock_after_fork)
+
+
 def _address(token: str) -> str:
     return "\0gradwire_shm_manager_" + token  # abstract namespace: no socket file to clean up
 

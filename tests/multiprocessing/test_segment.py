@@ -180,3 +180,24 @@ def test_users_counts_mappings_and_handles_in_flight():
     handle.discard()
     assert seg.users() == 1
     assert _segment.create(8, "file_descriptor").users() is None
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_child_that_exits_gives_back_its_count(method):
+    # multiprocessing children leave through os._exit (forkserver, fork) which skips atexit;
+    # without the exit hook every finished child would pin the segment until the job ends.
+    old = gmp.get_sharing_strategy()
+    gmp.set_sharing_strategy("file_system")
+    try:
+        t = w.tensor(np.zeros(3))
+        gmp.share_memory_(t)
+        ctx = gmp.get_context(method)
+        done = ctx.Queue()
+        for _ in range(2):
+            p = ctx.Process(target=w.fill_arg, args=(t, done, 1.0))
+            p.start()
+            done.get(timeout=TIMEOUT)
+            p.join(TIMEOUT)
+        assert t._shared.users() == 1
+    finally:
+        gmp.set_sharing_strategy(old)
