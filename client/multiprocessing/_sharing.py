@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import threading
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,12 @@ from . import _segment
 __all__ = ["share_memory_", "is_shared"]
 
 log = logging.getLogger(__name__)
+_move_lock = threading.RLock()  # a Queue feeder thread may share while the caller does too
+
+
+def on_gpu(tensor: Any) -> bool:
+    """True when the tensor's memory is a CUDA array (CuPy), not host memory."""
+    return hasattr(tensor._data, "__cuda_array_interface__")
 
 
 def _bounds(arr: np.ndarray) -> tuple[int, int]:
@@ -54,7 +61,7 @@ def is_shared(tensor: Any) -> bool:
         >>> is_shared(t), is_shared(share_memory_(t))
         (False, True)
     """
-    if not isinstance(tensor._data, np.ndarray):
+    if on_gpu(tensor):
         return True  # CUDA memory is shared through IPC handles, as in torch
     return _segment.segment_of(tensor._data) is not None
 
@@ -83,13 +90,23 @@ def share_memory_(tensor: Any) -> Any:
         >>> t.is_shared()
         True
     """
-    if not isinstance(tensor._data, np.ndarray) or is_shared(tensor):
+    if on_gpu(tensor) or is_shared(tensor):
         return tensor
+    with _move_lock:
+        if not is_shared(tensor):
+            _move(tensor)
+    return tensor
+
+
+def _move(tensor: Any) -> None:
+    for t in (tensor, tensor._base):
+        if t is not None and not isinstance(t._data, np.ndarray):
+            t._data = np.asarray(t._data)  # a NumPy scalar becomes a 0-d array
     base = tensor._base if tensor._base is not None else tensor
     base_seg = _segment.segment_of(base._data) if base is not tensor else None
     if base_seg is not None:
         _follow_base(tensor, base_seg)
-        return tensor
+        return
     group = [base] if base is tensor else [base, tensor]
     arrays = [t._data for t in group]
     bounds = [_bounds(a) for a in arrays]
@@ -101,4 +118,3 @@ def share_memory_(tensor: Any) -> Any:
     for t, arr in zip(group, arrays):
         t._data = seg.ndarray(arr.dtype, arr.shape, arr.strides, arr.ctypes.data - lo)
         t._shared = seg
-    return tensor

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import _segment
-from ._sharing import share_memory_
+from ._sharing import on_gpu, share_memory_
 
 __all__ = ["init_reductions", "reduce_tensor", "rebuild_cpu_tensor"]
 
@@ -50,7 +50,7 @@ def reduce_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
             "graph stays in this process. Send tensor.detach() (a leaf sharing the same memory), "
             "or tensor.detach().requires_grad_() if the receiver needs a leaf that requires grad"
         )
-    if not isinstance(tensor._data, np.ndarray):
+    if on_gpu(tensor):
         from . import _cuda_ipc
 
         return _cuda_ipc.reduce_cuda_tensor(tensor)

@@ -69,7 +69,7 @@ def test_cuda_like_tensor_without_cupy_is_a_clear_error():
         pytest.skip("a GPU is present")
 
     class FakeDeviceArray:
-        pass
+        __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (0, False)}
 
     t = Tensor._wrap(FakeDeviceArray())
     with pytest.raises(RuntimeError, match="needs CuPy and a visible CUDA device"):
