@@ -22,9 +22,16 @@ from .._wire import calls
 from .._wire.exceptions import decode_exception
 from .._wire.framing import Assembler, Frame, Message, split
 from .._wire.pickler import EncodeContext
-from ..errors import GradwireError, MessageTooLargeError, RpcShutdownError, SerializationError
+from ..errors import (
+    GradwireError,
+    MessageTooLargeError,
+    RpcError,
+    RpcShutdownError,
+    SerializationError,
+)
 from ..futures import Future, blocking_region
 from . import hooks
+from . import loop as io
 from .retry import retry_with_backoff
 from .transport import map_rpc_error
 from .workers import Peer
@@ -77,6 +84,10 @@ class Caller:
             MessageTooLargeError: the payload exceeds ``max_message_bytes``.
         """
         agent = self._agent
+        if blocking and io.in_loop_thread():
+            raise RpcError(
+                "rpc_sync() on gradwire's I/O loop thread would deadlock; use rpc_async()"
+            )
         name, bound_self = calls.function_name(fn)
         header = pb.CallHeader(
             message_id=next(self._ids),

@@ -9,12 +9,17 @@ none (timeout 0).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import grpc
+# gRPC core logs connection chatter (GOAWAY on every peer shutdown) at INFO to stderr; gradwire
+# reports what matters through its own errors and `logging`. Users can still set it themselves.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import grpc  # noqa: E402
 
 from .._proto import worker_pb2 as pb
 from .._wire.framing import Frame, decode_frame, encode_frame
