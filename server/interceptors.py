@@ -1,7 +1,8 @@
 """Server interceptors: authentication before anything is decoded.
 
-Every method except grpc.health.v1 needs metadata ``x-gradwire-token`` equal to the cluster
-token; a wrong or missing token gets UNAUTHENTICATED from a handler that reads the request as
+Every Worker method needs metadata ``x-gradwire-token`` equal to the cluster token (health
+checks and server reflection are open: they reveal only liveness and the public schema, and
+probes and tools like ``grpcurl list`` must work without secrets); a wrong or missing token gets UNAUTHENTICATED from a handler that reads the request as
 raw bytes, so nothing is unpickled and nothing runs. Join is open only while rank 0 uses a token
 it generated itself (a loopback cluster without configured token), since joiners learn it there.
 Calls that arrive before this worker finished its rendezvous wait for it (bounded by
@@ -23,6 +24,11 @@ __all__ = ["AuthInterceptor", "TOKEN_KEY", "CALLER_KEY"]
 log = logging.getLogger(__name__)
 TOKEN_KEY = "x-gradwire-token"
 CALLER_KEY = "x-gradwire-caller"
+_OPEN_PREFIXES = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+    "/grpc.reflection.v1.ServerReflection/",
+)
 _STREAM_IN = {"PythonCall", "RemoteCall", "PropagateGradients"}
 _STREAM_OUT = {"PythonCall", "FetchReply", "FetchRRef", "WatchControl"}
 
@@ -63,7 +69,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         method = details.method
-        if method.startswith("/grpc.health.v1.Health/"):
+        if method.startswith(_OPEN_PREFIXES):
             return await continuation(details)
         agent = self._agent
         is_join = method == f"/{SERVICE}/Join"
