@@ -15,10 +15,6 @@ sys.path.insert(0, str(HERE))  # children started with spawn import gwmp_workers
 import gradwire.multiprocessing as gmp  # noqa: E402
 
 
-def gradwire_shm_files() -> set[str]:
-    return {n for n in os.listdir("/dev/shm") if n.startswith("gradwire")}
-
-
 @pytest.fixture(params=sorted(gmp.get_all_sharing_strategies()))
 def strategy(request: pytest.FixtureRequest) -> Iterator[str]:
     old = gmp.get_sharing_strategy()

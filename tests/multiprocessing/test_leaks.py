@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import gradwire_shm_files
-from test_segment import wait_manager_exit
+from gwmp_helpers import gradwire_shm_files, wait_dead, wait_manager_exit
 
 SCENARIOS = str(Path(__file__).with_name("gwmp_scenarios.py"))
 STRATEGIES = ["file_descriptor", "file_system"]
-
-
-def _wait_dead(pid: int, timeout: float) -> bool:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])
-    finally:
-        os.close(fd)
 
 
 def _read(proc: subprocess.Popen, tag: str) -> list[str]:
@@ -108,7 +95,7 @@ def test_no_leak_after_parent_is_killed(strategy, script_env):
             assert int(live) >= 3  # the parent's tensor and one segment per child
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-        assert all(_wait_dead(pid, 20) for pid in children), "children outlived the parent"
+        assert all(wait_dead(pid, 20) for pid in children), "children outlived the parent"
     finally:
         proc.kill()
         proc.wait()

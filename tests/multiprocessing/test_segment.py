@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -13,39 +12,13 @@ import gwmp_workers as w
 import numpy as np
 import pytest
 from gradwire.multiprocessing import _segment, _shm_manager
+from gwmp_helpers import manager_pids, wait_manager_exit
 
 TIMEOUT = 60
 
 
 def _shm(name: str) -> bool:
     return os.path.exists(os.path.join("/dev/shm", name))
-
-
-def _manager_pids(token: str) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    cmd = f.read()
-            except OSError:
-                continue
-            if b"_shm_manager.py" in cmd and token.encode() in cmd:
-                pids.append(int(entry))
-    return pids
-
-
-def wait_manager_exit(token: str, timeout: float = 20) -> None:
-    for pid in _manager_pids(token):
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        try:
-            ready, _, _ = select.select([fd], [], [], timeout)
-            assert ready, f"shared-memory manager {pid} did not exit"
-        finally:
-            os.close(fd)
 
 
 def test_named_segment_reference_count_removes_the_name_with_the_last_user():
@@ -165,7 +138,7 @@ def test_manager_waits_for_every_client(monkeypatch):
     assert token2 == token
     first.kill()
     first.join(TIMEOUT)
-    assert _shm(name1) and _shm(name2) and _manager_pids(token)  # one client is left
+    assert _shm(name1) and _shm(name2) and manager_pids(token)  # one client is left
     second.kill()
     second.join(TIMEOUT)
     wait_manager_exit(token)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import select
 import signal
 import subprocess
 import sys
@@ -13,19 +12,7 @@ import time
 import gradwire.multiprocessing as gmp
 import gwmp_workers as w
 import pytest
-
-
-def _wait_dead(pid: int, timeout: float) -> bool:
-    """True once ``pid`` has exited (a zombie counts), waiting at most ``timeout`` seconds."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        ready, _, _ = select.select([fd], [], [], timeout)
-        return bool(ready)
-    finally:
-        os.close(fd)
+from gwmp_helpers import wait_dead
 
 
 @pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
@@ -106,10 +93,10 @@ def test_children_die_when_the_parent_is_killed(method, script_env):
         line = parent.stdout.readline()
         assert line.startswith("PIDS"), line
         pids = [int(x) for x in line.split()[1:]]
-        assert all(not _wait_dead(pid, 0.2) for pid in pids)  # running before the kill
+        assert all(not wait_dead(pid, 0.2) for pid in pids)  # running before the kill
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
-        assert all(_wait_dead(pid, 15) for pid in pids), "children outlived their parent"
+        assert all(wait_dead(pid, 15) for pid in pids), "children outlived their parent"
     finally:
         parent.kill()
         parent.wait()
