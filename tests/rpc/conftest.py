@@ -21,10 +21,13 @@ def solo_options(**overrides: object) -> rpc.GrpcRpcBackendOptions:
     return rpc.GrpcRpcBackendOptions(**fields)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
-def solo() -> Iterator[rpc.WorkerInfo]:
-    """This process as worker "solo" (rank 0 of 1); shut down after the module."""
-    rpc.init_rpc("solo", 0, 1, solo_options())
+@pytest.fixture(scope="module", params=["unix", "tcp"])
+def solo(request: pytest.FixtureRequest) -> Iterator[rpc.WorkerInfo]:
+    """This process as worker "solo" (rank 0 of 1), calling itself over a Unix domain socket
+    or over loopback TCP; shut down after the module."""
+    rpc.init_rpc("solo", 0, 1, solo_options(use_unix_socket=request.param == "unix"))
+    dial = rpc.get_debug_info()["peers"][0]["address"]
+    assert dial.startswith("unix:") == (request.param == "unix"), dial
     try:
         yield rpc.get_worker_info()
     finally:
