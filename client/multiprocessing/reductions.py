@@ -43,6 +43,10 @@ def reduce_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
 
     Raises:
         RuntimeError: for a non-leaf tensor that requires grad (its graph cannot follow it).
+
+    Example:
+        >>> data = ForkingPickler.dumps(t)   # t is now in shared memory
+        >>> again = pickle.loads(data)        # a view of the same memory
     """
     if tensor.requires_grad and not tensor.is_leaf:
         raise RuntimeError(
@@ -106,8 +110,8 @@ def _tensor_types() -> list[type]:
 
     try:  # make Parameter known before walking the subclasses
         from .. import nn  # noqa: F401
-    except ImportError:
-        pass
+    except ImportError:  # also a circular import while gradwire itself is initialising
+        log.debug("gradwire.nn not importable yet; call init_reductions() again later")
     found: list[type] = []
     todo: list[type] = [Tensor]
     while todo:
