@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import _segment
+from . import _posix, _segment
 from ._strategy import FILE_SYSTEM
 
 __all__ = ["SlotRef", "ProducerRegistry", "release_slot", "registry"]
@@ -43,10 +43,10 @@ class SlotRef:
 
 def _update(name: str, slot: int, delta: int | None, value: int | None = None) -> int:
     """Add ``delta`` to (or set ``value`` in) one counter under flock; return the new value."""
-    fd = _segment._shm_open(name, os.O_RDWR)
+    fd = _posix.shm_open(name, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        at = _segment._HEADER + slot * _COUNTER.size
+        at = _posix.HEADER + slot * _COUNTER.size
         (count,) = _COUNTER.unpack(os.pread(fd, _COUNTER.size, at))
         count = value if value is not None else count + (delta or 0)
         os.pwrite(fd, _COUNTER.pack(count), at)

@@ -25,14 +25,11 @@ Pickling a Segment with ``multiprocessing.reduction.ForkingPickler`` does either
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import fcntl
 import functools
 import logging
 import mmap
 import os
 import secrets
-import struct
 import threading
 import weakref
 from dataclasses import dataclass
@@ -41,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _shm_manager
+from . import _posix, _shm_manager
 from ._strategy import FILE_DESCRIPTOR, FILE_SYSTEM, get_sharing_strategy
 
 __all__ = [
@@ -56,8 +53,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_HEADER = 64  # named segments: int64 reference count, payload starts cache-line aligned
-_COUNT = struct.Struct("=q")
 _lock = threading.RLock()
 _live: weakref.WeakValueDictionary[str, Segment] = weakref.WeakValueDictionary()
 
@@ -96,23 +91,6 @@ class _ExitHook:
 _exit_hook = _ExitHook()
 _exit_hook.install()
 util.register_after_fork(_exit_hook, _ExitHook.install)
-
-try:
-    import _posixshmem  # type: ignore[import-not-found]
-
-    def _shm_open(name: str, flags: int) -> int:
-        return int(_posixshmem.shm_open("/" + name, flags, 0o600))
-
-    def _shm_unlink(name: str) -> None:
-        _posixshmem.shm_unlink("/" + name)
-
-except ImportError:  # pragma: no cover - every POSIX CPython has it
-
-    def _shm_open(name: str, flags: int) -> int:
-        return os.open(os.path.join(_shm_manager.SHM_DIR, name), flags, 0o600)
-
-    def _shm_unlink(name: str) -> None:
-        os.unlink(os.path.join(_shm_manager.SHM_DIR, name))
 
 
 class Segment:
@@ -185,7 +163,7 @@ class Segment:
         """
         if self.kind == FILE_SYSTEM:
             assert self.name is not None
-            _adjust_count(self.name, +1)
+            _posix.adjust_count(self.name, +1)
             return NamedHandle(self.seg_id, self.name, self.size)
         return FdHandle(self.seg_id, self.size, os.dup(self.fileno_for_export()))
 
@@ -263,13 +241,15 @@ class NamedHandle:
         with _lock:
             seg = _live.get(self.seg_id)
             if seg is not None:
-                _adjust_count(self.name, -1)  # already mapped: the mapping holds its own count
+                _posix.adjust_count(
+                    self.name, -1
+                )  # already mapped: the mapping holds its own count
                 return seg
             token = _shm_manager.token_of(self.name)
             if token is not None:
                 _shm_manager.join(token)  # stay counted until this mapping is gone
             try:
-                fd = _shm_open(self.name, os.O_RDWR)
+                fd = _posix.shm_open(self.name, os.O_RDWR)
             except FileNotFoundError as exc:
                 raise FileNotFoundError(
                     f"shared-memory segment {self.name} is gone: the process that sent it and "
@@ -288,7 +268,7 @@ class NamedHandle:
             >>> handle = seg.export()
             >>> handle.discard()   # e.g. the RPC carrying it failed
         """
-        _adjust_count(self.name, -1, missing_ok=True)
+        _posix.adjust_count(self.name, -1, missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -324,7 +304,7 @@ def create(size: int, strategy: str | None = None) -> Segment:
     strategy = strategy or get_sharing_strategy()
     seg_id = secrets.token_hex(8)
     if strategy == FILE_DESCRIPTOR:
-        fd = _anonymous_fd(seg_id)
+        fd = _posix.anonymous_fd(seg_id)
         try:
             os.ftruncate(fd, max(size, 1))
             return _map(fd, seg_id, size, FILE_DESCRIPTOR, None, keep_fd=True)
@@ -334,13 +314,13 @@ def create(size: int, strategy: str | None = None) -> Segment:
     if strategy != FILE_SYSTEM:
         raise ValueError(f"unknown sharing strategy {strategy!r}")
     name = _shm_manager.segment_prefix(_shm_manager.connect()) + seg_id
-    fd = _shm_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
+    fd = _posix.shm_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
     try:
-        os.ftruncate(fd, _HEADER + max(size, 1))
-        os.pwrite(fd, _COUNT.pack(1), 0)
+        os.ftruncate(fd, _posix.HEADER + max(size, 1))
+        _posix.init_count(fd)
         return _map(fd, seg_id, size, FILE_SYSTEM, name, keep_fd=False)
     except BaseException:
-        _shm_unlink(name)
+        _posix.shm_unlink(name)
         raise
     finally:
         os.close(fd)
@@ -404,49 +384,22 @@ def _attach_dupfd(seg_id: str, size: int, dupfd: Any) -> Segment:
     return attach_fd(fd, seg_id, size)
 
 
-def _anonymous_fd(seg_id: str) -> int:
-    if hasattr(os, "memfd_create"):
-        return os.memfd_create(f"gradwire_{seg_id}", os.MFD_CLOEXEC)
-    name = f"gradwire_fd_{os.getpid()}_{seg_id}"  # pragma: no cover - non-Linux
-    fd = _shm_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
-    _shm_unlink(name)
-    return fd
-
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [
-    ctypes.c_void_p,
-    ctypes.c_size_t,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_long,
-]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_MAP_FAILED = ctypes.c_void_p(-1).value
-
-
 @functools.lru_cache(maxsize=4096)
 def _segment_class(length: int) -> type[Segment]:
     return type("Segment", (Segment, ctypes.c_ubyte * length), {"__slots__": ()})
 
 
 def _map(fd: int, seg_id: str, size: int, kind: str, name: str | None, keep_fd: bool) -> Segment:
-    offset = _HEADER if kind == FILE_SYSTEM else 0
+    offset = _posix.HEADER if kind == FILE_SYSTEM else 0
     length = offset + max(size, 1)
-    prot = mmap.PROT_READ | mmap.PROT_WRITE
-    addr = _libc.mmap(None, length, prot, mmap.MAP_SHARED, fd, 0)
-    if addr is None or addr == _MAP_FAILED:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mmap of shared-memory segment {seg_id} failed: {os.strerror(err)}")
+    addr = _posix.map_shared(fd, length, seg_id)
     seg = _segment_class(length).from_address(addr)  # type: ignore[attr-defined]
     seg.seg_id, seg.size, seg.kind, seg.name, seg.offset = seg_id, size, kind, name, offset
     seg._fd = fd if keep_fd else None  # keep_fd: the segment now owns fd
     seg._addr, seg._length = addr, length
     # Unmapping at interpreter exit could pull memory from under arrays still in use by other
     # exit handlers, so only the count/descriptor release runs then.
-    unmap = weakref.finalize(seg, _libc.munmap, addr, length)
+    unmap = weakref.finalize(seg, _posix.unmap, addr, length)
     unmap.atexit = False
     _rearm_finalizer(seg)
     with _lock:
@@ -469,24 +422,4 @@ def _release(pid: int, kind: str, fd: int | None, name: str | None) -> None:
     if fd is not None:
         os.close(fd)
     if kind == FILE_SYSTEM and name is not None:
-        _adjust_count(name, -1, missing_ok=True)
-
-
-def _adjust_count(name: str, delta: int, missing_ok: bool = False) -> int:
-    """Change a named segment's reference count under flock; unlink it when it reaches zero."""
-    try:
-        fd = _shm_open(name, os.O_RDWR)
-    except FileNotFoundError:
-        if missing_ok:
-            return 0
-        raise
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        (count,) = _COUNT.unpack(os.pread(fd, _COUNT.size, 0))
-        count += delta
-        os.pwrite(fd, _COUNT.pack(count), 0)
-        if count <= 0:
-            _shm_unlink(name)
-        return count
-    finally:
-        os.close(fd)  # also drops the lock
+        _posix.adjust_count(name, -1, missing_ok=True)
