@@ -38,6 +38,8 @@ class Device:
     """Where a tensor's memory lives: ``device("cpu")`` or ``device("cuda:0")``."""
 
     __slots__ = ("type", "index")
+    type: str
+    index: int | None
 
     def __init__(self, spec: str | Device | None = "cpu", index: int | None = None) -> None:
         if isinstance(spec, Device):
@@ -59,7 +61,9 @@ class Device:
             self.index = None
 
     def __repr__(self) -> str:
-        return f"device(type='{self.type}'" + (f", index={self.index})" if self.index is not None else ")")
+        return f"device(type='{self.type}'" + (
+            f", index={self.index})" if self.index is not None else ")"
+        )
 
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"

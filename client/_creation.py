@@ -14,9 +14,30 @@ from ._tensor import Tensor
 from .autograd.grad_mode import _state
 
 __all__ = [
-    "tensor", "as_tensor", "zeros", "ones", "full", "empty", "rand", "randn", "randint",
-    "arange", "eye", "linspace", "zeros_like", "ones_like", "full_like", "empty_like",
-    "rand_like", "randn_like", "manual_seed", "seed", "stack", "cat", "concat", "where",
+    "tensor",
+    "as_tensor",
+    "zeros",
+    "ones",
+    "full",
+    "empty",
+    "rand",
+    "randn",
+    "randint",
+    "arange",
+    "eye",
+    "linspace",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "empty_like",
+    "rand_like",
+    "randn_like",
+    "manual_seed",
+    "seed",
+    "stack",
+    "cat",
+    "concat",
+    "where",
 ]
 
 _rng = np.random.default_rng()
@@ -58,12 +79,18 @@ def _array_from(data: Any, dtype: Any, device: Any) -> Any:
     dev = Device(device) if device is not None else None
     if isinstance(data, Tensor):
         arr = data._data
-    elif isinstance(data, (list, tuple)) and data and any(isinstance(x, Tensor) for x in _flat(data)):
-        arr = np.asarray([x.item() if isinstance(x, Tensor) else x for x in _flat(data)]).reshape(np.shape(_as_nested(data)))
+    elif (
+        isinstance(data, (list, tuple)) and data and any(isinstance(x, Tensor) for x in _flat(data))
+    ):
+        arr = np.asarray([x.item() if isinstance(x, Tensor) else x for x in _flat(data)]).reshape(
+            np.shape(_as_nested(data))
+        )
     else:
         arr = data
     np_dt = to_numpy_dtype(dtype) if dtype is not None else None
-    src_dev = device_of(arr) if not isinstance(arr, (list, tuple, int, float, complex, bool)) else CPU
+    src_dev = (
+        device_of(arr) if not isinstance(arr, (list, tuple, int, float, complex, bool)) else CPU
+    )
     target = dev or src_dev
     if src_dev.type == "cpu":
         if np_dt is None:
@@ -123,7 +150,11 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     """Like ``tensor`` but shares memory with a Tensor or ndarray when no conversion is needed."""
     if isinstance(data, Tensor) and dtype is None and device is None:
         return data
-    if isinstance(data, np.ndarray) and (dtype is None or to_numpy_dtype(dtype) == data.dtype) and (device is None or Device(device).type == "cpu"):
+    if (
+        isinstance(data, np.ndarray)
+        and (dtype is None or to_numpy_dtype(dtype) == data.dtype)
+        and (device is None or Device(device).type == "cpu")
+    ):
         return Tensor._wrap(data)
     return tensor(data, dtype=dtype, device=device)
 
@@ -139,7 +170,9 @@ def _factory(
     dev = Device(device) if device is not None else CPU
     np_dt = to_numpy_dtype(dtype) if dtype is not None else get_default_dtype().np
     if random and np.dtype(np_dt).kind not in "fc":
-        raise RuntimeError(f"{random}(): expected a floating point or complex dtype, got {np.dtype(np_dt)}")
+        raise RuntimeError(
+            f"{random}(): expected a floating point or complex dtype, got {np.dtype(np_dt)}"
+        )
     arr = make(module_for(dev), shp, np_dt, dev)
     t = Tensor._wrap(arr)
     t._inference = _state.inference
@@ -167,16 +200,35 @@ def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
     return _factory(size, dtype, device, requires_grad, lambda xp, s, d, dev: xp.empty(s, dtype=d))
 
 
-def full(size: Sequence[int], fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def full(
+    size: Sequence[int],
+    fill_value: Any,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """A tensor of the given shape filled with ``fill_value`` (dtype inferred from it)."""
     if dtype is None:
         dtype = _infer_dtype(fill_value)
-    return _factory((tuple(size),), dtype, device, requires_grad, lambda xp, s, d, dev: xp.full(s, fill_value, dtype=d))
+    return _factory(
+        (tuple(size),),
+        dtype,
+        device,
+        requires_grad,
+        lambda xp, s, d, dev: xp.full(s, fill_value, dtype=d),
+    )
 
 
 def rand(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """Uniform samples in [0, 1)."""
-    return _factory(size, dtype, device, requires_grad, lambda xp, s, d, dev: _on(dev, _rng.random(s).astype(d)), "rand")
+    return _factory(
+        size,
+        dtype,
+        device,
+        requires_grad,
+        lambda xp, s, d, dev: _on(dev, np.asarray(_rng.random(s)).astype(d)),
+        "rand",
+    )
 
 
 def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
@@ -184,28 +236,53 @@ def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool
 
     def make(xp: Any, s: Any, d: Any, dev: Device) -> Any:
         if np.dtype(d).kind == "c":
-            return _on(dev, ((_rng.standard_normal(s) + 1j * _rng.standard_normal(s)) / np.sqrt(2)).astype(d))
+            return _on(
+                dev,
+                ((_rng.standard_normal(s) + 1j * _rng.standard_normal(s)) / np.sqrt(2)).astype(d),
+            )
         return _on(dev, _rng.standard_normal(s).astype(d))
 
     return _factory(size, dtype, device, requires_grad, make, "randn")
 
 
-def randint(low: int, high: int | None = None, size: Sequence[int] = (), dtype: Any = None, device: Any = None) -> Tensor:
+def randint(
+    low: int,
+    high: int | None = None,
+    size: Sequence[int] = (),
+    dtype: Any = None,
+    device: Any = None,
+) -> Tensor:
     """Random integers in [low, high)."""
     if high is None:
         low, high = 0, low
-    return _factory((tuple(size),), dtype or np.int64, device, False,
-                    lambda xp, s, d, dev: _on(dev, _rng.integers(low, high, s).astype(d)))
+    return _factory(
+        (tuple(size),),
+        dtype or np.int64,
+        device,
+        False,
+        lambda xp, s, d, dev: _on(dev, _rng.integers(low, high, s).astype(d)),
+    )
 
 
-def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def arange(
+    start: Any,
+    end: Any = None,
+    step: Any = 1,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """Values from ``start`` to ``end`` (exclusive) by ``step``."""
     if end is None:
         start, end = 0, start
     if step == 0:
         raise RuntimeError("step must be nonzero")
     if dtype is None:
-        dtype = np.int64 if all(isinstance(v, int) for v in (start, end, step)) else get_default_dtype().np
+        dtype = (
+            np.int64
+            if all(isinstance(v, int) for v in (start, end, step))
+            else get_default_dtype().np
+        )
     arr = np.arange(start, end, step).astype(to_numpy_dtype(dtype))
     t = tensor(arr, device=device)
     if requires_grad:
@@ -213,27 +290,58 @@ def arange(start: Any, end: Any = None, step: Any = 1, dtype: Any = None, device
     return t
 
 
-def linspace(start: float, end: float, steps: int, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def linspace(
+    start: float,
+    end: float,
+    steps: int,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+) -> Tensor:
     """``steps`` evenly spaced values from ``start`` to ``end`` inclusive."""
     if steps < 0:
         raise RuntimeError("linspace(): number of steps must be non-negative")
-    arr = np.linspace(start, end, steps).astype(to_numpy_dtype(dtype) if dtype is not None else get_default_dtype().np)
+    arr = np.linspace(start, end, steps).astype(
+        to_numpy_dtype(dtype) if dtype is not None else get_default_dtype().np
+    )
     t = tensor(arr, device=device)
     if requires_grad:
         t.requires_grad_(True)
     return t
 
 
-def eye(n: int, m: int | None = None, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def eye(
+    n: int, m: int | None = None, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """The identity matrix (n x m)."""
-    return _factory(((n, n if m is None else m),), dtype, device, requires_grad,
-                    lambda xp, s, d, dev: xp.eye(s[0], s[1], dtype=d))
+    return _factory(
+        ((n, n if m is None else m),),
+        dtype,
+        device,
+        requires_grad,
+        lambda xp, s, d, dev: xp.eye(s[0], s[1], dtype=d),
+    )
 
 
 def _like(fn: Any) -> Any:
-    def like(t: Tensor, *args: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-        return fn(*args, t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad) if args else fn(
-            t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad
+    def like(
+        t: Tensor, *args: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+    ) -> Tensor:
+        return (
+            fn(
+                *args,
+                t.shape,
+                dtype=dtype or t.dtype,
+                device=device or t.device,
+                requires_grad=requires_grad,
+            )
+            if args
+            else fn(
+                t.shape,
+                dtype=dtype or t.dtype,
+                device=device or t.device,
+                requires_grad=requires_grad,
+            )
         )
 
     return like
@@ -246,19 +354,27 @@ rand_like = _like(rand)
 randn_like = _like(randn)
 
 
-def full_like(t: Tensor, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def full_like(
+    t: Tensor, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
+) -> Tensor:
     """A tensor shaped like ``t`` filled with ``fill_value``."""
-    return full(t.shape, fill_value, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+    return full(
+        t.shape,
+        fill_value,
+        dtype=dtype or t.dtype,
+        device=device or t.device,
+        requires_grad=requires_grad,
+    )
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Join tensors of equal shape along a new dimension."""
-    return M.Stack.apply(*_tensors(tensors, "stack"), dim=dim)  # type: ignore[no-any-return]
+    return M.Stack.apply(*_tensors(tensors, "stack"), dim=dim)
 
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Join tensors along an existing dimension."""
-    return M.Cat.apply(*_tensors(tensors, "cat"), dim=dim)  # type: ignore[no-any-return]
+    return M.Cat.apply(*_tensors(tensors, "cat"), dim=dim)
 
 
 concat = cat
@@ -266,10 +382,14 @@ concat = cat
 
 def _tensors(tensors: Sequence[Any], what: str) -> list[Tensor]:
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)):
-        raise TypeError(f"{what}(): argument 'tensors' must be a sequence of Tensors, not {type(tensors).__name__}")
+        raise TypeError(
+            f"{what}(): argument 'tensors' must be a sequence of Tensors, not {type(tensors).__name__}"
+        )
     for i, x in enumerate(tensors):
         if not isinstance(x, Tensor):
-            raise TypeError(f"{what}(): expected Tensor as element {i} in argument 0, but got {type(x).__name__}")
+            raise TypeError(
+                f"{what}(): expected Tensor as element {i} in argument 0, but got {type(x).__name__}"
+            )
     return list(tensors)
 
 

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 import numpy as np
 
 __all__ = [
-    "dtype", "float16", "float32", "float64", "complex64", "complex128", "int8", "int16",
-    "int32", "int64", "uint8", "bool", "half", "float", "double", "long", "int", "cfloat",
-    "cdouble", "get_default_dtype", "set_default_dtype", "to_numpy_dtype", "from_numpy_dtype",
+    "dtype",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+    "half",
+    "float",
+    "double",
+    "long",
+    "int",
+    "cfloat",
+    "cdouble",
+    "get_default_dtype",
+    "set_default_dtype",
+    "to_numpy_dtype",
+    "from_numpy_dtype",
 ]
 
 
@@ -25,7 +46,7 @@ class dtype:
         self.is_complex = self.np.kind == "c"
 
     @property
-    def itemsize(self) -> int:
+    def itemsize(self) -> builtins.int:
         return self.np.itemsize  # not int(): this module rebinds `int` to gradwire.int32
 
     def __repr__(self) -> str:
@@ -49,7 +70,22 @@ bool = dtype("bool", np.bool_)  # noqa: A001 - mirrors torch.bool
 float = float32  # noqa: A001 - mirrors torch.float
 int = int32  # noqa: A001 - mirrors torch.int
 
-_BY_NP = {d.np: d for d in (float16, float32, float64, complex64, complex128, int8, int16, int32, int64, uint8, bool)}
+_BY_NP = {
+    d.np: d
+    for d in (
+        float16,
+        float32,
+        float64,
+        complex64,
+        complex128,
+        int8,
+        int16,
+        int32,
+        int64,
+        uint8,
+        bool,
+    )
+}
 _default = float32
 
 

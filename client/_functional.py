@@ -7,12 +7,65 @@ from typing import Any
 from ._tensor import Tensor
 
 _NAMES = [
-    "add", "sub", "mul", "div", "pow", "matmul", "mm", "neg", "exp", "log", "sqrt", "abs",
-    "sin", "cos", "tanh", "sigmoid", "relu", "clamp", "clip", "softmax", "log_softmax",
-    "maximum", "minimum", "sum", "mean", "max", "min", "amax", "prod", "var", "std", "argmax",
-    "argmin", "reshape", "flatten", "squeeze", "unsqueeze", "transpose", "permute", "t",
-    "split", "chunk", "conj", "sgn", "sign", "square", "clone", "narrow", "select", "eq", "ne",
-    "lt", "le", "gt", "ge", "equal", "allclose", "masked_fill", "detach",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "matmul",
+    "mm",
+    "neg",
+    "exp",
+    "log",
+    "sqrt",
+    "abs",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "clamp",
+    "clip",
+    "softmax",
+    "log_softmax",
+    "maximum",
+    "minimum",
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "amax",
+    "prod",
+    "var",
+    "std",
+    "argmax",
+    "argmin",
+    "reshape",
+    "flatten",
+    "squeeze",
+    "unsqueeze",
+    "transpose",
+    "permute",
+    "t",
+    "split",
+    "chunk",
+    "conj",
+    "sgn",
+    "sign",
+    "square",
+    "clone",
+    "narrow",
+    "select",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "equal",
+    "allclose",
+    "masked_fill",
+    "detach",
 ]
 
 __all__ = [*_NAMES, "real", "imag", "numel"]
@@ -21,7 +74,9 @@ __all__ = [*_NAMES, "real", "imag", "numel"]
 def _make(name: str) -> Any:
     def fn(input: Tensor, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(input, Tensor):
-            raise TypeError(f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}")
+            raise TypeError(
+                f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}"
+            )
         return getattr(input, name)(*args, **kwargs)
 
     fn.__name__ = name
@@ -36,12 +91,12 @@ for _n in _NAMES:
 
 def real(input: Tensor) -> Tensor:
     """The real part (a view for complex tensors)."""
-    return input.real  # type: ignore[attr-defined, no-any-return]
+    return input.real
 
 
 def imag(input: Tensor) -> Tensor:
     """The imaginary part of a complex tensor (a view)."""
-    return input.imag  # type: ignore[attr-defined, no-any-return]
+    return input.imag
 
 
 def numel(input: Tensor) -> int:

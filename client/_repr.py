@@ -12,7 +12,12 @@ __all__ = ["tensor_repr"]
 def tensor_repr(t: Any) -> str:
     arr = t._to_host()
     kind = arr.dtype.kind
-    opts: dict[str, Any] = {"separator": ", ", "prefix": "tensor(", "threshold": 1000, "edgeitems": 3}
+    opts: dict[str, Any] = {
+        "separator": ", ",
+        "prefix": "tensor(",
+        "threshold": 1000,
+        "edgeitems": 3,
+    }
     if kind == "f":
         opts["formatter"] = {"float_kind": _float_formatter(arr)}
     body = np.array2string(arr, **opts) if arr.ndim else _scalar(arr)
@@ -76,7 +81,9 @@ def _float_style(arr: Any) -> Any:
     if ints:
         return lambda v: f"{v:.0f}." if np.isfinite(v) else str(v)
     nonzero = np.abs(finite[finite != 0])
-    big = finite.size and (np.max(np.abs(finite)) >= 1e8 or (nonzero.size and np.min(nonzero) < 1e-4))
+    big = finite.size and (
+        np.max(np.abs(finite)) >= 1e8 or (nonzero.size and np.min(nonzero) < 1e-4)
+    )
     if big:
         return lambda v: f"{v:.4e}" if np.isfinite(v) else str(v)
     return lambda v: f"{v:.4f}" if np.isfinite(v) else str(v)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
 import weakref
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -11,7 +12,13 @@ from ._backend import CPU, Device, device_of
 from ._dtypes import dtype as _dtype_cls
 from ._dtypes import from_numpy_dtype, to_numpy_dtype
 from .autograd.grad_mode import _state
-from .autograd.graph import AccumulateGrad, Node, _RemovableHandle, _VersionCounter, register_tensor_type
+from .autograd.graph import (
+    AccumulateGrad,
+    Node,
+    _RemovableHandle,
+    _VersionCounter,
+    register_tensor_type,
+)
 
 __all__ = ["Tensor", "from_numpy", "is_tensor"]
 
@@ -49,10 +56,47 @@ class Tensor:
     _retains_grad = False
     _grad_acc: weakref.ref[AccumulateGrad] | None = None
     _shared: Any = None
+
+    if TYPE_CHECKING:
+        # The op surface is attached by _tensor_methods.py; tell the type checker about it.
+        def __getattr__(self, name: str) -> Any: ...
+        def __add__(self, other: Any) -> Tensor: ...
+        def __radd__(self, other: Any) -> Tensor: ...
+        def __sub__(self, other: Any) -> Tensor: ...
+        def __rsub__(self, other: Any) -> Tensor: ...
+        def __mul__(self, other: Any) -> Tensor: ...
+        def __rmul__(self, other: Any) -> Tensor: ...
+        def __truediv__(self, other: Any) -> Tensor: ...
+        def __rtruediv__(self, other: Any) -> Tensor: ...
+        def __matmul__(self, other: Any) -> Tensor: ...
+        def __rmatmul__(self, other: Any) -> Tensor: ...
+        def __pow__(self, other: Any) -> Tensor: ...
+        def __rpow__(self, other: Any) -> Tensor: ...
+        def __neg__(self) -> Tensor: ...
+        def __abs__(self) -> Tensor: ...
+        def __invert__(self) -> Tensor: ...
+        def __and__(self, other: Any) -> Tensor: ...
+        def __or__(self, other: Any) -> Tensor: ...
+        def __lt__(self, other: Any) -> Tensor: ...
+        def __le__(self, other: Any) -> Tensor: ...
+        def __gt__(self, other: Any) -> Tensor: ...
+        def __ge__(self, other: Any) -> Tensor: ...
+        def __eq__(self, other: Any) -> Tensor: ...  # type: ignore[override]
+        def __ne__(self, other: Any) -> Tensor: ...  # type: ignore[override]
+        def __getitem__(self, index: Any) -> Tensor: ...
+        def __setitem__(self, index: Any, value: Any) -> None: ...
+
     # For views made by a view op: (source, op class, kwargs, version); see _ops/views.py.
     _view_meta: Any = None
 
-    def __init__(self, data: Any = None, *, requires_grad: bool = False, dtype: Any = None, device: Any = None) -> None:
+    def __init__(
+        self,
+        data: Any = None,
+        *,
+        requires_grad: bool = False,
+        dtype: Any = None,
+        device: Any = None,
+    ) -> None:
         from ._creation import _array_from
 
         arr = _array_from(data if data is not None else [], dtype, device)
@@ -197,9 +241,13 @@ class Tensor:
     def grad(self, value: Tensor | None) -> None:
         if value is not None:
             if not isinstance(value, Tensor):
-                raise TypeError(f"assigned grad must be a Tensor or None, got {type(value).__name__}")
+                raise TypeError(
+                    f"assigned grad must be a Tensor or None, got {type(value).__name__}"
+                )
             if value.shape != self.shape:
-                raise RuntimeError(f"assigned grad has shape {value.shape}, but the tensor has shape {self.shape}")
+                raise RuntimeError(
+                    f"assigned grad has shape {value.shape}, but the tensor has shape {self.shape}"
+                )
         self._grad = value
 
     @property
@@ -242,8 +290,13 @@ class Tensor:
             self._grad_acc = weakref.ref(acc)
         return acc
 
-    def backward(self, gradient: Tensor | None = None, retain_graph: bool | None = None,
-                 create_graph: bool = False, inputs: Sequence[Tensor] | None = None) -> None:
+    def backward(
+        self,
+        gradient: Tensor | None = None,
+        retain_graph: bool | None = None,
+        create_graph: bool = False,
+        inputs: Sequence[Tensor] | None = None,
+    ) -> None:
         """Compute the gradient of this tensor w.r.t. graph leaves, accumulating into ``.grad``.
 
         Args:
@@ -257,7 +310,13 @@ class Tensor:
         """
         from .autograd import backward as _backward
 
-        _backward([self], None if gradient is None else [gradient], retain_graph, create_graph, inputs=inputs)
+        _backward(
+            [self],
+            None if gradient is None else [gradient],
+            retain_graph,
+            create_graph,
+            inputs=inputs,
+        )
 
     def detach(self) -> Tensor:
         """A new tensor sharing storage (and version counter) but outside the graph."""
@@ -289,13 +348,17 @@ class Tensor:
                 "tensor to host memory first."
             )
         if self.requires_grad and not force:
-            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        return self._data  # type: ignore[no-any-return]
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+            )
+        return self._data
 
     def item(self) -> Any:
         """The value of a one-element tensor as a Python number."""
         if self._data.size != 1:
-            raise RuntimeError(f"a Tensor with {self._data.size} elements cannot be converted to Scalar")
+            raise RuntimeError(
+                f"a Tensor with {self._data.size} elements cannot be converted to Scalar"
+            )
         return self._data.reshape(()).item()
 
     def tolist(self) -> Any:
@@ -335,7 +398,7 @@ class Tensor:
             return self
         from ._ops.unary import ToCopy
 
-        return ToCopy.apply(self, device=target, dtype=np_dt)  # type: ignore[no-any-return]
+        return ToCopy.apply(self, device=target, dtype=np_dt)
 
     def cpu(self) -> Tensor:
         return self.to(CPU)
@@ -375,7 +438,7 @@ class Tensor:
 
         return tensor_repr(self)
 
-    def __len__(self) -> int:
+    def __len__(self) -> builtins.int:
         if self._data.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
         return int(self._data.shape[0])
@@ -385,20 +448,20 @@ class Tensor:
             raise TypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self._data.shape[0]))
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> builtins.bool:
         if self._data.size != 1:
             raise RuntimeError(
                 f"Boolean value of Tensor with {self._data.size} values is ambiguous"
             )
         return bool(self._data.reshape(()).item())
 
-    def __float__(self) -> float:
+    def __float__(self) -> builtins.float:
         return float(self.item())
 
-    def __int__(self) -> int:
+    def __int__(self) -> builtins.int:
         return int(self.item())
 
-    def __index__(self) -> int:
+    def __index__(self) -> builtins.int:
         if self._data.dtype.kind not in "iu" or self._data.size != 1:
             raise TypeError("only integer tensors of a single element can be converted to an index")
         return int(self.item())
@@ -409,9 +472,12 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        return (_rebuild_tensor, (self._to_host().copy(), self.requires_grad and self.is_leaf, type(self)))
+        return (
+            _rebuild_tensor,
+            (self._to_host().copy(), self.requires_grad and self.is_leaf, type(self)),
+        )
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Tensor:
+    def __deepcopy__(self, memo: dict[builtins.int, Any]) -> Tensor:
         if not self.is_leaf:
             raise RuntimeError(
                 "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol"
@@ -424,12 +490,12 @@ class Tensor:
 
     def share_memory_(self) -> Tensor:
         """Move this CPU tensor's storage to shared memory (see gradwire.multiprocessing)."""
-        from .multiprocessing._sharing import share_memory_  # type: ignore[import-not-found]
+        from .multiprocessing._sharing import share_memory_
 
         share_memory_(self)
         return self
 
-    def is_shared(self) -> bool:
+    def is_shared(self) -> builtins.bool:
         """True when the storage lives in shared memory."""
         base = self._base if self._base is not None else self
         return base._shared is not None
@@ -446,14 +512,16 @@ def _retain(ref: weakref.ref[Tensor], grad: Tensor) -> None:
         t._grad = Tensor._wrap(t._grad._data + g._data)
 
 
-def _rebuild_tensor(arr: np.ndarray, requires_grad: bool, cls: type[Tensor] = Tensor) -> Tensor:
+def _rebuild_tensor(
+    arr: np.ndarray, requires_grad: builtins.bool, cls: type[Tensor] = Tensor
+) -> Tensor:
     t = cls._wrap(arr)
     if requires_grad:
         t._requires_grad = True
     return t
 
 
-def is_tensor(obj: Any) -> bool:
+def is_tensor(obj: Any) -> builtins.bool:
     """True when ``obj`` is a gradwire Tensor."""
     return isinstance(obj, Tensor)
 

@@ -14,9 +14,9 @@ from ._ops import binary as B
 from ._ops import movement as M
 from ._ops import reduce as R
 from ._ops import scalar as S
-from ._ops.scalar import scalar_ok
 from ._ops import unary as U
 from ._ops._base import as_tensor_like
+from ._ops.scalar import scalar_ok
 from ._ops.views import inplace_on_view
 from ._tensor import Tensor
 from .autograd.grad_mode import _state, no_grad
@@ -37,10 +37,14 @@ def _shape_arg(shape: Any) -> tuple[int, ...]:
 # ------------------------------------------------------------------ in place
 def _check_inplace(t: Tensor) -> None:
     if t._inference and not _state.inference:
-        raise RuntimeError("Inplace update to inference tensor outside InferenceMode is not allowed.")
+        raise RuntimeError(
+            "Inplace update to inference tensor outside InferenceMode is not allowed."
+        )
 
 
-def _inplace(self: Tensor, compute: Callable[[Tensor], Tensor], others: tuple[Any, ...] = ()) -> Tensor:
+def _inplace(
+    self: Tensor, compute: Callable[[Tensor], Tensor], others: tuple[Any, ...] = ()
+) -> Tensor:
     """Apply an out-of-place op and write its result into ``self``, rewriting the graph.
 
     With autograd recording, the op sees a snapshot of ``self``'s old value (so its backward
@@ -53,9 +57,13 @@ def _inplace(self: Tensor, compute: Callable[[Tensor], Tensor], others: tuple[An
     )
     if recording:
         if self._grad_fn is None and self._requires_grad:
-            raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+            raise RuntimeError(
+                "a leaf Variable that requires grad is being used in an in-place operation."
+            )
         base = self._base
-        if base is not None and (base.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others)):
+        if base is not None and (
+            base.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others)
+        ):
             # Through a view: the base takes a CopySlices node; the view (and its siblings)
             # rebuild their history from the base on next use, as the version moved.
             inplace_on_view(self, compute)
@@ -77,7 +85,9 @@ def _inplace(self: Tensor, compute: Callable[[Tensor], Tensor], others: tuple[An
 def _write(self: Tensor, arr: Any) -> None:
     dst = self._data
     if arr.dtype != dst.dtype and not np.can_cast(arr.dtype, dst.dtype, casting="same_kind"):
-        raise RuntimeError(f"result type {arr.dtype} can't be cast to the desired output type {dst.dtype}")
+        raise RuntimeError(
+            f"result type {arr.dtype} can't be cast to the desired output type {dst.dtype}"
+        )
     if arr.shape != dst.shape:
         try:
             arr = array_module(arr).broadcast_to(arr, dst.shape)
@@ -90,14 +100,18 @@ def _write(self: Tensor, arr: Any) -> None:
 
 def _fast_inplace(self: Tensor, ufunc: Any, other: Any, others: tuple[Any, ...]) -> bool:
     """In-place arithmetic straight into the buffer when nothing is recorded."""
-    if _state.grad_enabled and (self.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others)):
+    if _state.grad_enabled and (
+        self.requires_grad or any(isinstance(o, Tensor) and o.requires_grad for o in others)
+    ):
         return False
     _check_inplace(self)
     o = other._data if isinstance(other, Tensor) else other
     try:
         ufunc(self._data, o, out=self._data, casting="same_kind")
     except TypeError as exc:  # numpy's casting errors subclass TypeError
-        raise RuntimeError(f"result type can't be cast to the desired output type {self._data.dtype}: {exc}") from None
+        raise RuntimeError(
+            f"result type can't be cast to the desired output type {self._data.dtype}: {exc}"
+        ) from None
     except ValueError:
         raise RuntimeError(
             f"output with shape {list(self._data.shape)} doesn't match the broadcast shape"
@@ -144,7 +158,9 @@ def fill_(self: Tensor, value: Any) -> Tensor:
             return _inplace(self, lambda s: B.CopyFrom.apply(s, value.reshape(())), (value,))
     _check_inplace(self)
     if _state.grad_enabled and self._grad_fn is None and self._requires_grad:
-        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+        raise RuntimeError(
+            "a leaf Variable that requires grad is being used in an in-place operation."
+        )
     if _state.grad_enabled and self.requires_grad:
         number = value.item() if isinstance(value, Tensor) else value
         return _inplace(self, lambda s: B.Fill.apply(s, value=number))
@@ -250,7 +266,11 @@ def where(cond: Tensor, a: Any, b: Any) -> Tensor:
     like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
     if like is None:
         like = Tensor(a)  # Python numbers: PyTorch's inference (floats -> default dtype)
-    return B.Where.apply(_t(a, like), _t(b, like), cond=cond if isinstance(cond, Tensor) else Tensor._wrap(np.asarray(cond)))
+    return B.Where.apply(
+        _t(a, like),
+        _t(b, like),
+        cond=cond if isinstance(cond, Tensor) else Tensor._wrap(np.asarray(cond)),
+    )
 
 
 def masked_fill(self: Tensor, mask: Tensor, value: Any) -> Tensor:
@@ -342,13 +362,27 @@ def prod(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return R.Prod.apply(self, dim=dim, keepdim=keepdim)
 
 
-def var(self: Tensor, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
+def var(
+    self: Tensor,
+    dim: Any = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: Any = None,
+) -> Tensor:
     if correction is None:
         correction = 1 if unbiased is None or unbiased else 0
     return R.Var.apply(self, dim=dim, correction=correction, keepdim=keepdim)
 
 
-def std(self: Tensor, dim: Any = None, unbiased: bool | None = None, keepdim: bool = False, *, correction: Any = None) -> Tensor:
+def std(
+    self: Tensor,
+    dim: Any = None,
+    unbiased: bool | None = None,
+    keepdim: bool = False,
+    *,
+    correction: Any = None,
+) -> Tensor:
     return var(self, dim, unbiased, keepdim, correction=correction).sqrt()
 
 
@@ -398,9 +432,9 @@ def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         raise RuntimeError("flatten() has invalid args: start_dim cannot come after end_dim")
     shape = self._data.shape
     n = 1
-    for d in shape[s:e + 1]:
+    for d in shape[s : e + 1]:
         n *= d
-    return reshape(self, *shape[:s], n, *shape[e + 1:])
+    return reshape(self, *shape[:s], n, *shape[e + 1 :])
 
 
 def squeeze(self: Tensor, dim: Any = None) -> Tensor:
@@ -421,7 +455,9 @@ def permute(self: Tensor, *dims: Any) -> Tensor:
 
 def t(self: Tensor) -> Tensor:
     if self._data.ndim > 2:
-        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {self._data.ndim}D")
+        raise RuntimeError(
+            f"t() expects a tensor with <= 2 dimensions, but self is {self._data.ndim}D"
+        )
     return transpose(self, 0, 1) if self._data.ndim == 2 else self
 
 
@@ -431,7 +467,9 @@ def _T(self: Tensor) -> Tensor:
 
 def _mT(self: Tensor) -> Tensor:
     if self._data.ndim < 2:
-        raise RuntimeError("tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor.")
+        raise RuntimeError(
+            "tensor.mT is only supported on matrices or batches of matrices. Got 1-D tensor."
+        )
     return transpose(self, -2, -1)
 
 
@@ -476,8 +514,12 @@ def split(self: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple[Tens
     n = self._data.shape[dim]
     if isinstance(split_size_or_sections, int):
         if split_size_or_sections <= 0:
-            raise RuntimeError(f"split expects split_size be positive, but got split_size={split_size_or_sections}")
-        sizes = [min(split_size_or_sections, n - i) for i in range(0, n, split_size_or_sections)] or [0]
+            raise RuntimeError(
+                f"split expects split_size be positive, but got split_size={split_size_or_sections}"
+            )
+        sizes = [
+            min(split_size_or_sections, n - i) for i in range(0, n, split_size_or_sections)
+        ] or [0]
     else:
         sizes = list(split_size_or_sections)
         if sum(sizes) != n:
@@ -528,8 +570,14 @@ def equal(self: Tensor, other: Tensor) -> bool:
     return bool(self._data.shape == other._data.shape and (self._data == other._data).all())
 
 
-def allclose(self: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
-    return bool(array_module(self._data).allclose(self._data, other._data, rtol=rtol, atol=atol, equal_nan=equal_nan))
+def allclose(
+    self: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+) -> bool:
+    return bool(
+        array_module(self._data).allclose(
+            self._data, other._data, rtol=rtol, atol=atol, equal_nan=equal_nan
+        )
+    )
 
 
 def _unary(cls: Any) -> Callable[[Tensor], Tensor]:
@@ -558,39 +606,123 @@ def _float_unary(cls: Any) -> Callable[[Tensor], Tensor]:
 
 
 _METHODS: dict[str, Any] = {
-    "add": add, "sub": sub, "subtract": sub, "mul": mul, "multiply": mul, "div": div,
-    "divide": div, "true_divide": div, "pow": pow, "matmul": matmul, "mm": matmul,
-    "neg": _unary(U.Neg), "negative": _unary(U.Neg), "exp": _float_unary(U.Exp),
-    "log": _float_unary(U.Log), "sqrt": _float_unary(U.Sqrt), "abs": _unary(U.Abs),
-    "sin": _float_unary(U.Sin), "cos": _float_unary(U.Cos), "tanh": _float_unary(U.Tanh),
-    "sigmoid": _float_unary(U.Sigmoid), "relu": _unary(U.Relu),
-    "sgn": sgn, "sign": sgn, "clamp": clamp, "clip": clamp, "softmax": softmax,
-    "log_softmax": log_softmax, "square": square, "maximum": maximum, "minimum": minimum,
-    "where": where, "masked_fill": masked_fill,
-    "sum": _sum, "mean": mean, "max": _minmax(True), "min": _minmax(False), "amax": None,
-    "prod": prod, "var": var, "std": std, "argmax": argmax, "argmin": argmin,
-    "reshape": reshape, "view": view, "view_as_self": view_as_self, "flatten": flatten,
-    "squeeze": squeeze, "unsqueeze": unsqueeze, "transpose": transpose, "swapaxes": transpose,
-    "permute": permute, "t": t, "expand": expand, "expand_as": expand_as,
-    "contiguous": contiguous, "clone": clone, "narrow": narrow, "select": select,
-    "split": split, "chunk": chunk, "conj": conj, "equal": equal, "allclose": allclose,
-    "eq": _cmp("eq"), "ne": _cmp("ne"), "lt": _cmp("lt"), "le": _cmp("le"), "gt": _cmp("gt"),
+    "add": add,
+    "sub": sub,
+    "subtract": sub,
+    "mul": mul,
+    "multiply": mul,
+    "div": div,
+    "divide": div,
+    "true_divide": div,
+    "pow": pow,
+    "matmul": matmul,
+    "mm": matmul,
+    "neg": _unary(U.Neg),
+    "negative": _unary(U.Neg),
+    "exp": _float_unary(U.Exp),
+    "log": _float_unary(U.Log),
+    "sqrt": _float_unary(U.Sqrt),
+    "abs": _unary(U.Abs),
+    "sin": _float_unary(U.Sin),
+    "cos": _float_unary(U.Cos),
+    "tanh": _float_unary(U.Tanh),
+    "sigmoid": _float_unary(U.Sigmoid),
+    "relu": _unary(U.Relu),
+    "sgn": sgn,
+    "sign": sgn,
+    "clamp": clamp,
+    "clip": clamp,
+    "softmax": softmax,
+    "log_softmax": log_softmax,
+    "square": square,
+    "maximum": maximum,
+    "minimum": minimum,
+    "where": where,
+    "masked_fill": masked_fill,
+    "sum": _sum,
+    "mean": mean,
+    "max": _minmax(True),
+    "min": _minmax(False),
+    "amax": None,
+    "prod": prod,
+    "var": var,
+    "std": std,
+    "argmax": argmax,
+    "argmin": argmin,
+    "reshape": reshape,
+    "view": view,
+    "view_as_self": view_as_self,
+    "flatten": flatten,
+    "squeeze": squeeze,
+    "unsqueeze": unsqueeze,
+    "transpose": transpose,
+    "swapaxes": transpose,
+    "permute": permute,
+    "t": t,
+    "expand": expand,
+    "expand_as": expand_as,
+    "contiguous": contiguous,
+    "clone": clone,
+    "narrow": narrow,
+    "select": select,
+    "split": split,
+    "chunk": chunk,
+    "conj": conj,
+    "equal": equal,
+    "allclose": allclose,
+    "eq": _cmp("eq"),
+    "ne": _cmp("ne"),
+    "lt": _cmp("lt"),
+    "le": _cmp("le"),
+    "gt": _cmp("gt"),
     "ge": _cmp("ge"),
-    "add_": add_, "sub_": sub_, "mul_": mul_, "div_": div_, "zero_": zero_, "fill_": fill_,
-    "copy_": copy_, "clamp_": clamp_,
-    "__add__": add, "__radd__": add, "__sub__": sub, "__rsub__": rsub, "__mul__": mul,
-    "__rmul__": mul, "__truediv__": div, "__rtruediv__": rdiv, "__pow__": pow,
-    "__rpow__": rpow, "__matmul__": matmul, "__rmatmul__": rmatmul, "__neg__": _unary(U.Neg),
-    "__pos__": lambda self: self, "__abs__": _unary(U.Abs),
-    "__eq__": _cmp("eq"), "__ne__": _cmp("ne"), "__lt__": _cmp("lt"), "__le__": _cmp("le"),
-    "__gt__": _cmp("gt"), "__ge__": _cmp("ge"),
-    "__and__": _logical("logical_and"), "__or__": _logical("logical_or"),
+    "add_": add_,
+    "sub_": sub_,
+    "mul_": mul_,
+    "div_": div_,
+    "zero_": zero_,
+    "fill_": fill_,
+    "copy_": copy_,
+    "clamp_": clamp_,
+    "__add__": add,
+    "__radd__": add,
+    "__sub__": sub,
+    "__rsub__": rsub,
+    "__mul__": mul,
+    "__rmul__": mul,
+    "__truediv__": div,
+    "__rtruediv__": rdiv,
+    "__pow__": pow,
+    "__rpow__": rpow,
+    "__matmul__": matmul,
+    "__rmatmul__": rmatmul,
+    "__neg__": _unary(U.Neg),
+    "__pos__": lambda self: self,
+    "__abs__": _unary(U.Abs),
+    "__eq__": _cmp("eq"),
+    "__ne__": _cmp("ne"),
+    "__lt__": _cmp("lt"),
+    "__le__": _cmp("le"),
+    "__gt__": _cmp("gt"),
+    "__ge__": _cmp("ge"),
+    "__and__": _logical("logical_and"),
+    "__or__": _logical("logical_or"),
     "__xor__": _logical("logical_xor"),
-    "__invert__": lambda self: Tensor._wrap(array_module(self._data).logical_not(self._data) if self._data.dtype.kind == "b" else ~self._data),
-    "__iadd__": add_, "__isub__": sub_, "__imul__": mul_, "__itruediv__": div_,
-    "__getitem__": getitem, "__setitem__": setitem,
+    "__invert__": lambda self: Tensor._wrap(
+        array_module(self._data).logical_not(self._data)
+        if self._data.dtype.kind == "b"
+        else ~self._data
+    ),
+    "__iadd__": add_,
+    "__isub__": sub_,
+    "__imul__": mul_,
+    "__itruediv__": div_,
+    "__getitem__": getitem,
+    "__setitem__": setitem,
 }
-_METHODS["amax"] = lambda self, dim=None, keepdim=False: _minmax(True)(self, dim, keepdim) if dim is None else _minmax(True)(self, dim, keepdim).values
+_METHODS["amax"] = lambda self, dim=None, keepdim=False: (
+    _minmax(True)(self, dim, keepdim) if dim is None else _minmax(True)(self, dim, keepdim).values
+)
 for _name, _fn in _METHODS.items():
     setattr(Tensor, _name, _fn)
 

@@ -26,7 +26,9 @@ def generate(dest: Path) -> None:
     from grpc_tools import protoc
 
     with tempfile.TemporaryDirectory() as tmp:
-        protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PROTO_PKG).glob("*.proto"))
+        protos = sorted(
+            str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PROTO_PKG).glob("*.proto")
+        )
         args = [
             "protoc",
             f"-I{PROTO_ROOT}",
@@ -54,9 +56,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp)
         generate(fresh)
-        stale = [n for n in (*GENERATED, "__init__.py") if not (OUT / n).exists() or not filecmp.cmp(fresh / n, OUT / n, shallow=False)]
+        stale = [
+            n
+            for n in (*GENERATED, "__init__.py")
+            if not (OUT / n).exists() or not filecmp.cmp(fresh / n, OUT / n, shallow=False)
+        ]
     if stale:
-        print(f"stale generated stubs in client/_proto: {', '.join(stale)}; run python scripts/gen_protos.py")
+        print(
+            f"stale generated stubs in client/_proto: {', '.join(stale)}; run python scripts/gen_protos.py"
+        )
         return 1
     print("generated stubs are up to date")
     return 0

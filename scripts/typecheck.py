@@ -24,7 +24,15 @@ def main() -> int:
             if entry.name != "__pycache__":
                 os.symlink(entry, pkg / entry.name)
         os.symlink(ROOT / "server", pkg / "server")
-        cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "-p", "gradwire"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "-p",
+            "gradwire",
+        ]
         return subprocess.call(cmd, cwd=tmp, env={**os.environ, "MYPYPATH": tmp})
 
 

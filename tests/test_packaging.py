@@ -26,7 +26,9 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     listed = set(config["tool"]["setuptools"]["packages"])
     missing = _import_names() - listed
-    assert not missing, f"add these to [tool.setuptools] packages in pyproject.toml: {sorted(missing)}"
+    assert not missing, (
+        f"add these to [tool.setuptools] packages in pyproject.toml: {sorted(missing)}"
+    )
     stale = listed - _import_names()
     assert not stale, f"listed in pyproject.toml but no folder with __init__.py: {sorted(stale)}"
 

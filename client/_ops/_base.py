@@ -76,7 +76,9 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     out = node.forward(*inputs, **kwargs)
     inference = _state.inference
     if isinstance(out, tuple):
-        results = tuple(_wrap_output(o, i, node, requires, inference, inputs) for i, o in enumerate(out))
+        results = tuple(
+            _wrap_output(o, i, node, requires, inference, inputs) for i, o in enumerate(out)
+        )
         node._num_outputs = len(results)
         if requires:
             node._output_meta = [(r._data.shape, r._data.dtype, r.device) for r in results]
@@ -92,15 +94,19 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     return result
 
 
-def _wrap_output(arr: Any, nr: int, node: Node, requires: bool, inference: bool, inputs: tuple[Any, ...]) -> Any:
+def _wrap_output(
+    arr: Any, nr: int, node: Node, requires: bool, inference: bool, inputs: tuple[Any, ...]
+) -> Any:
     t = Tensor._wrap(arr)
     t._inference = inference
     if requires:
         t._grad_fn = node
         t._output_nr = nr
-    if type(node).is_view:
+    if getattr(type(node), "is_view", False):
         src = inputs[0]
-        shares = arr is src._data or array_module(arr) is not np or np.may_share_memory(arr, src._data)
+        shares = (
+            arr is src._data or array_module(arr) is not np or np.may_share_memory(arr, src._data)
+        )
         if shares:
             t._base = src._base if src._base is not None else src
             t._version = src._version

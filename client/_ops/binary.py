@@ -9,8 +9,18 @@ from .._backend import array_module
 from ._base import Op, promoted, reduce_grad
 
 __all__ = [
-    "Add", "Sub", "Mul", "Div", "Pow", "Maximum", "Minimum", "Where", "MatMul", "Compare",
-    "CopyFrom", "Fill",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Maximum",
+    "Minimum",
+    "Where",
+    "MatMul",
+    "Compare",
+    "CopyFrom",
+    "Fill",
 ]
 
 
@@ -63,7 +73,9 @@ class Mul(_Binary):
 
     def backward(self, g: Any) -> Any:
         a, b = self.saved("self"), self.saved("other")
-        return self._reduce(g * b.conj() if b is not None else None, g * a.conj() if a is not None else None)
+        return self._reduce(
+            g * b.conj() if b is not None else None, g * a.conj() if a is not None else None
+        )
 
 
 class Div(_Binary):
@@ -156,8 +168,10 @@ class Where(Op):
 class MatMul(Op):
     def forward(self, a: Any, b: Any) -> Any:
         if a._data.ndim == 0 or b._data.ndim == 0:
-            raise RuntimeError("both arguments to matmul need to be at least 1D, but they are "
-                               f"{a._data.ndim}D and {b._data.ndim}D")
+            raise RuntimeError(
+                "both arguments to matmul need to be at least 1D, but they are "
+                f"{a._data.ndim}D and {b._data.ndim}D"
+            )
         self.save("self", a if self.needs_input_grad[1:2] == (True,) else None)
         self.save("other", b if self.needs_input_grad[:1] == (True,) else None)
         self.save("self_meta", (a._data.shape, a._data.dtype))
@@ -207,8 +221,14 @@ class Compare(Op):
     """A comparison (eq, ne, lt, le, gt, ge): bool output, never differentiable."""
 
     differentiable = False
-    _FNS = {"eq": "equal", "ne": "not_equal", "lt": "less", "le": "less_equal",
-            "gt": "greater", "ge": "greater_equal"}
+    _FNS = {
+        "eq": "equal",
+        "ne": "not_equal",
+        "lt": "less",
+        "le": "less_equal",
+        "gt": "greater",
+        "ge": "greater_equal",
+    }
 
     def forward(self, a: Any, b: Any, op: str = "eq") -> Any:
         return getattr(array_module(a._data), self._FNS[op])(*promoted(a, b))

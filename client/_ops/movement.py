@@ -8,15 +8,27 @@ from .._backend import array_module
 from ._base import Op, reduce_grad
 
 __all__ = [
-    "Reshape", "Transpose", "Permute", "Expand", "Squeeze", "Unsqueeze", "Index", "IndexPut",
-    "Cat", "Stack", "Contiguous", "normalize_index",
+    "Reshape",
+    "Transpose",
+    "Permute",
+    "Expand",
+    "Squeeze",
+    "Unsqueeze",
+    "Index",
+    "IndexPut",
+    "Cat",
+    "Stack",
+    "Contiguous",
+    "normalize_index",
 ]
 
 
 def _check_dim(d: int, ndim: int) -> int:
     n = max(ndim, 1)
     if not -n <= d < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})")
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})"
+        )
     return d % n
 
 
@@ -28,7 +40,9 @@ class Reshape(Op):
         try:
             return x._data.reshape(shape)
         except ValueError:
-            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {x._data.size}") from None
+            raise RuntimeError(
+                f"shape '{list(shape)}' is invalid for input of size {x._data.size}"
+            ) from None
 
     def backward(self, g: Any) -> Any:
         return g.reshape(self.saved("self_sym_sizes"))
@@ -93,7 +107,9 @@ class Expand(Op):
         try:
             return array_module(x._data).broadcast_to(x._data, target)
         except ValueError:
-            raise RuntimeError(f"The expanded size of the tensor {list(target)} must match the existing size {list(xs)} at non-singleton dimensions") from None
+            raise RuntimeError(
+                f"The expanded size of the tensor {list(target)} must match the existing size {list(xs)} at non-singleton dimensions"
+            ) from None
 
     def backward(self, g: Any) -> Any:
         return reduce_grad(g, self.saved("self_sym_sizes"), g._data.dtype)
@@ -122,7 +138,9 @@ class Unsqueeze(Op):
     def forward(self, x: Any, dim: int) -> Any:
         nd = x._data.ndim
         if not -(nd + 1) <= dim <= nd:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-(nd + 1)}, {nd}], but got {dim})")
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-(nd + 1)}, {nd}], but got {dim})"
+            )
         d = dim % (nd + 1)
         self.save("dim", d)
         return array_module(x._data).expand_dims(x._data, d)
@@ -144,7 +162,9 @@ def normalize_index(index: Any) -> tuple[Any, bool]:
             basic = False
         elif isinstance(it, (list,)):
             basic = False
-        elif not (it is None or it is Ellipsis or isinstance(it, (int, slice))) or isinstance(it, bool):
+        elif not (it is None or it is Ellipsis or isinstance(it, (int, slice))) or isinstance(
+            it, bool
+        ):
             basic = False
         out.append(it)
     return (tuple(out) if isinstance(index, tuple) else out[0]), basic
@@ -167,8 +187,13 @@ class Index(Op):
             raise IndexError(f"{exc} (indexing a tensor of shape {tuple(x._data.shape)})") from None
 
     def backward(self, g: Any) -> Any:
-        return IndexAddInto.apply(g, shape=self.saved("self_sym_sizes"), dtype=self.saved("self_dtype"),
-                                  index=self.saved("indices"), basic=self._basic)
+        return IndexAddInto.apply(
+            g,
+            shape=self.saved("self_sym_sizes"),
+            dtype=self.saved("self_dtype"),
+            index=self.saved("indices"),
+            basic=self._basic,
+        )
 
     def name(self) -> str:
         return "SliceBackward0" if getattr(self, "_basic", True) else "IndexBackward0"
@@ -177,7 +202,9 @@ class Index(Op):
 class IndexAddInto(Op):
     """zeros(shape)[index] += g; the backward of Index (and differentiable itself)."""
 
-    def forward(self, g: Any, shape: Any = None, dtype: Any = None, index: Any = None, basic: bool = True) -> Any:
+    def forward(
+        self, g: Any, shape: Any = None, dtype: Any = None, index: Any = None, basic: bool = True
+    ) -> Any:
         xp = array_module(g._data)
         out = xp.zeros(shape, dtype=g._data.dtype if g._data.dtype.kind == "c" else dtype)
         if basic:
@@ -245,13 +272,17 @@ class Stack(Op):
             raise RuntimeError("stack expects a non-empty TensorList")
         nd = tensors[0]._data.ndim + 1
         if not -nd <= dim < nd:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {dim})")
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {dim})"
+            )
         d = dim % nd
         self.save("dim", d)
         self.save("n", len(tensors))
         shapes = {t._data.shape for t in tensors}
         if len(shapes) != 1:
-            raise RuntimeError(f"stack expects each tensor to be equal size, but got {sorted(shapes)}")
+            raise RuntimeError(
+                f"stack expects each tensor to be equal size, but got {sorted(shapes)}"
+            )
         return array_module(tensors[0]._data).stack([t._data for t in tensors], axis=d)
 
     def backward(self, g: Any) -> Any:

@@ -28,7 +28,9 @@ def normalize_dims(dim: Any, ndim: int) -> tuple[int, ...] | None:
     return tuple(sorted(set(out))) if ndim else ()
 
 
-def _expand_back(g: Any, shape: tuple[int, ...], dims: tuple[int, ...] | None, keepdim: bool) -> Any:
+def _expand_back(
+    g: Any, shape: tuple[int, ...], dims: tuple[int, ...] | None, keepdim: bool
+) -> Any:
     """Broadcast a reduced gradient back to the input shape."""
     if dims is None:
         return g.reshape((1,) * len(shape)).expand(shape) if shape else g.reshape(())
@@ -50,7 +52,9 @@ class Sum(Op):
         return array_module(x._data).asarray(out)
 
     def backward(self, g: Any) -> Any:
-        return _expand_back(g, self.saved("self_sym_sizes"), self.saved("dim"), self.saved("keepdim"))
+        return _expand_back(
+            g, self.saved("self_sym_sizes"), self.saved("dim"), self.saved("keepdim")
+        )
 
 
 class Mean(Op):
@@ -68,7 +72,9 @@ class Mean(Op):
         return array_module(x._data).asarray(x._data.mean(axis=dims, keepdims=keepdim))
 
     def backward(self, g: Any) -> Any:
-        out = _expand_back(g, self.saved("self_sym_sizes"), self.saved("dim"), self.saved("keepdim"))
+        out = _expand_back(
+            g, self.saved("self_sym_sizes"), self.saved("dim"), self.saved("keepdim")
+        )
         return out / self.saved("count")
 
 
@@ -84,7 +90,9 @@ class MaxAll(Op):
 
     def forward(self, x: Any, largest: bool = True) -> Any:
         if x._data.size == 0:
-            raise RuntimeError("max(): Expected reduction dim to be specified for input.numel() == 0.")
+            raise RuntimeError(
+                "max(): Expected reduction dim to be specified for input.numel() == 0."
+            )
         self.save("self", x)
         self._largest = largest
         return array_module(x._data).asarray(x._data.max() if largest else x._data.min())
@@ -162,9 +170,16 @@ class Prod(Op):
         ones_shape = list(flat.shape)
         ones_shape[ax] = 1
         one = xp.ones(ones_shape, dtype=flat.dtype)
-        left = xp.cumprod(xp.concatenate([one, flat], axis=ax), axis=ax).take(range(flat.shape[ax]), axis=ax)
+        left = xp.cumprod(xp.concatenate([one, flat], axis=ax), axis=ax).take(
+            range(flat.shape[ax]), axis=ax
+        )
         rev = xp.flip(flat, axis=ax)
-        right = xp.flip(xp.cumprod(xp.concatenate([one, rev], axis=ax), axis=ax).take(range(flat.shape[ax]), axis=ax), axis=ax)
+        right = xp.flip(
+            xp.cumprod(xp.concatenate([one, rev], axis=ax), axis=ax).take(
+                range(flat.shape[ax]), axis=ax
+            ),
+            axis=ax,
+        )
         others = Tensor._wrap((left * right).reshape(data.shape))
         return _expand_back(g, data.shape, dims, keepdim) * others.conj()
 
@@ -176,10 +191,17 @@ class Var(Op):
         self.save("dim", dims)
         self.save("correction", correction)
         self.save("keepdim", keepdim)
-        return array_module(x._data).asarray(x._data.var(axis=dims, ddof=correction, keepdims=keepdim))
+        return array_module(x._data).asarray(
+            x._data.var(axis=dims, ddof=correction, keepdims=keepdim)
+        )
 
     def backward(self, g: Any) -> Any:
-        x, dims, corr, keepdim = self.saved("self"), self.saved("dim"), self.saved("correction"), self.saved("keepdim")
+        x, dims, corr, keepdim = (
+            self.saved("self"),
+            self.saved("dim"),
+            self.saved("correction"),
+            self.saved("keepdim"),
+        )
         n = x._data.size if dims is None else _count(x._data.shape, dims)
         centered = x - x.mean(dim=dims, keepdim=True)
         scale = 2.0 / (n - corr) if n > corr else float("nan")

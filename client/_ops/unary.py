@@ -9,8 +9,25 @@ from .._backend import array_module, to_device
 from ._base import Op, reduce_grad
 
 __all__ = [
-    "Neg", "Exp", "Log", "Sqrt", "Abs", "Sin", "Cos", "Tanh", "Sigmoid", "Relu", "Clamp",
-    "Conj", "Real", "Imag", "ToCopy", "Clone", "Softmax", "LogSoftmax", "PowScalar",
+    "Neg",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Abs",
+    "Sin",
+    "Cos",
+    "Tanh",
+    "Sigmoid",
+    "Relu",
+    "Clamp",
+    "Conj",
+    "Real",
+    "Imag",
+    "ToCopy",
+    "Clone",
+    "Softmax",
+    "LogSoftmax",
+    "PowScalar",
 ]
 
 
@@ -144,7 +161,9 @@ class PowScalar(Op):
         self.save("exponent", exponent)
         out = x._data**exponent
         # A Python-number exponent must not widen the tensor's dtype (float32 stays float32).
-        return out.astype(x._data.dtype, copy=False) if out.dtype.kind == x._data.dtype.kind else out
+        return (
+            out.astype(x._data.dtype, copy=False) if out.dtype.kind == x._data.dtype.kind else out
+        )
 
     def backward(self, g: Any) -> Any:
         x, e = self.saved("self"), self.saved("exponent")

@@ -66,6 +66,7 @@ def refresh_view(view: Tensor) -> bool:
     meta = view._view_meta
     if meta[3] != view._version.value and _state.grad_enabled:
         base = view._base
+        assert base is not None  # only views carry _view_meta
         if base._requires_grad or base._grad_fn is not None:
             chain = view_chain(view)
             if chain is not None:
@@ -83,6 +84,7 @@ def inplace_on_view(view: Tensor, compute: Any) -> None:
     other view of the base) take its new history on next use.
     """
     base = view._base
+    assert base is not None
     if base._grad_fn is None and base._requires_grad:
         raise RuntimeError(
             "a view of a leaf Variable that requires grad is being used in an in-place operation."

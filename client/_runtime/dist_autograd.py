@@ -405,7 +405,7 @@ class DistAutogradEngine:
             sends = list(ctx.send_functions.values())
             recvs = list(ctx.recv_functions.values())
         try:
-            task.add_roots(roots + sends)
+            task.add_roots([*roots, *sends])
             for s in sends:
                 task.dependencies[s] = task.dependencies.get(s, 0) + 1  # the gradient message
             # Recv functions nothing here can reach would never run: fire them now with no

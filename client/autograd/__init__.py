@@ -24,9 +24,20 @@ if TYPE_CHECKING:
     from .._tensor import Tensor
 
 __all__ = [
-    "backward", "grad", "Function", "FunctionCtx", "once_differentiable", "graph", "gradcheck",
-    "gradgradcheck", "no_grad", "enable_grad", "set_grad_enabled", "inference_mode",
-    "is_grad_enabled", "is_inference_mode_enabled",
+    "backward",
+    "grad",
+    "Function",
+    "FunctionCtx",
+    "once_differentiable",
+    "graph",
+    "gradcheck",
+    "gradgradcheck",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "inference_mode",
+    "is_grad_enabled",
+    "is_inference_mode_enabled",
 ]
 
 
@@ -45,13 +56,17 @@ def _root_edges(tensors: list[Tensor], grads: list[Any], what: str) -> list[Any]
     from .._tensor import Tensor
 
     if len(grads) != len(tensors):
-        raise RuntimeError(f"got {len(grads)} gradients for {len(tensors)} {what}; pass one per tensor (or None for scalars)")
+        raise RuntimeError(
+            f"got {len(grads)} gradients for {len(tensors)} {what}; pass one per tensor (or None for scalars)"
+        )
     roots = []
     for i, (t, g) in enumerate(zip(tensors, grads)):
         if not isinstance(t, Tensor):
             raise TypeError(f"element {i} of {what} is a {type(t).__name__}, not a Tensor")
         if not t.requires_grad:
-            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+            raise RuntimeError(
+                f"element {i} of tensors does not require grad and does not have a grad_fn"
+            )
         if g is None:
             if t.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
@@ -59,7 +74,9 @@ def _root_edges(tensors: list[Tensor], grads: list[Any], what: str) -> list[Any]
                 raise RuntimeError("grad can be implicitly created only for real scalar outputs")
             g = Tensor._wrap(_ones_like(t._data))
         elif not isinstance(g, Tensor):
-            raise TypeError(f"gradient for element {i} must be a Tensor or None, got {type(g).__name__}")
+            raise TypeError(
+                f"gradient for element {i} must be a Tensor or None, got {type(g).__name__}"
+            )
         elif g.shape != t.shape:
             raise RuntimeError(
                 f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] has a shape of {t.shape}."
@@ -122,8 +139,9 @@ def backward(
         if t.is_leaf:
             _accumulate(t, g, create_graph, None)
         else:
-            from .._tensor import _retain
             import weakref
+
+            from .._tensor import _retain
 
             _retain(weakref.ref(t), g)
 
@@ -165,7 +183,9 @@ def grad(
     ins = _as_list(inputs)
     gs = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outs)
     if materialize_grads and allow_unused is False:
-        raise ValueError("Expected allow_unused to be True or not passed when materialize_grads=True")
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True"
+        )
     if allow_unused is None:
         allow_unused = materialize_grads
     for i, t in enumerate(ins):

@@ -26,7 +26,9 @@ __all__ = ["execute", "GraphTask", "RootEdge"]
 
 RootEdge = tuple[Node, int, "Tensor"]
 _accumulate_lock = threading.Lock()
-_GRAD_REFS = 4  # see _unshared: list slot + _accumulate's argument + getrefcount + _unshared's argument
+_GRAD_REFS = (
+    4  # see _unshared: list slot + _accumulate's argument + getrefcount + _unshared's argument
+)
 
 
 class GraphTask:
@@ -37,7 +39,12 @@ class GraphTask:
     gradients for send functions as they arrive.
     """
 
-    def __init__(self, retain_graph: bool, create_graph: bool, leaf_sink: Callable[[Tensor, Tensor], None] | None = None) -> None:
+    def __init__(
+        self,
+        retain_graph: bool,
+        create_graph: bool,
+        leaf_sink: Callable[[Tensor, Tensor], None] | None = None,
+    ) -> None:
         self.retain_graph = retain_graph
         self.create_graph = create_graph
         self.leaf_sink = leaf_sink
@@ -133,7 +140,7 @@ def execute(
     roots: list[RootEdge],
     retain_graph: bool,
     create_graph: bool,
-    capture: list[tuple[Node, int]] | None = None,
+    capture: list[tuple[Node | None, int]] | None = None,
     leaf_sink: Callable[[Tensor, Tensor], None] | None = None,
     extra_roots: Iterable[Node] = (),
 ) -> list[Any]:
@@ -159,10 +166,11 @@ def execute(
     task.add_roots(all_roots)
     if capture is not None:
         task.capture = {}
-        for i, key in enumerate(capture):
-            task.capture.setdefault(key, i)
+        for i, (cnode, cnr) in enumerate(capture):
+            if cnode is not None:  # an input outside the graph simply gets no gradient
+                task.capture.setdefault((cnode, cnr), i)
         task.captured = [None] * len(capture)
-        task.needed = _needed_nodes(all_roots, {n for n, _ in capture})
+        task.needed = _needed_nodes(all_roots, {n for n, _ in task.capture})
     for node, nr, grad in roots:
         task.add_grad(node, nr, grad)
     for n in all_roots:
@@ -238,7 +246,11 @@ def _unshared(grad: Any) -> bool:
     for the buffer. A view (``base``),
     a user-provided gradient, or one gradient object reaching two leaves all count more."""
     data = grad._data
-    return getattr(data, "base", 1) is None and sys.getrefcount(grad) <= _GRAD_REFS and sys.getrefcount(data) <= 3
+    return (
+        getattr(data, "base", 1) is None
+        and sys.getrefcount(grad) <= _GRAD_REFS
+        and sys.getrefcount(data) <= 3
+    )
 
 
 def _accumulate(leaf: Tensor, grad: Tensor, create_graph: bool, leaf_sink: Any) -> None:

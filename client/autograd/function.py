@@ -78,7 +78,8 @@ class BackwardCFunction(FunctionCtx, Node):
 
         if getattr(self, "_materialize", True):
             grads = tuple(
-                g if g is not None else Tensor._wrap(_zeros(meta)) for g, meta in zip(grads, self._output_meta)
+                g if g is not None else Tensor._wrap(_zeros(meta))
+                for g, meta in zip(grads, self._output_meta)
             )
         out = self._fn_cls.backward(self, *grads)
         if not isinstance(out, tuple):
@@ -94,7 +95,9 @@ class BackwardCFunction(FunctionCtx, Node):
             if not is_t:
                 continue
             if g is not None and not isinstance(g, Tensor):
-                raise TypeError(f"{self.name()}: backward must return Tensors or None, got {type(g).__name__}")
+                raise TypeError(
+                    f"{self.name()}: backward must return Tensors or None, got {type(g).__name__}"
+                )
             result.append(g if needs else None)
         return tuple(result)
 
@@ -117,18 +120,22 @@ class Function(metaclass=_FunctionMeta):
 
     @staticmethod
     def forward(ctx: Any, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("You must implement the forward function for custom autograd.Function.")
+        raise NotImplementedError(
+            "You must implement the forward function for custom autograd.Function."
+        )
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: Any) -> Any:
-        raise NotImplementedError("You must implement either the backward or vjp method for your custom autograd.Function to use it with backward mode AD.")
+        raise NotImplementedError(
+            "You must implement either the backward or vjp method for your custom autograd.Function to use it with backward mode AD."
+        )
 
     @classmethod
     def apply(cls, *args: Any, **kwargs: Any) -> Any:
         from .._ops._base import edge_of
         from .._tensor import Tensor
 
-        node: Any = cls._backward_cls()  # type: ignore[attr-defined]
+        node: Any = cls._backward_cls()
         tensors = [a for a in args if isinstance(a, Tensor)]
         needs = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
         requires = _state.grad_enabled and any(needs)
@@ -153,7 +160,9 @@ class Function(metaclass=_FunctionMeta):
             if any(o is d for d in dirty):
                 t = o  # modified in place: it takes this node as its history
                 if requires and t._grad_fn is None and t._requires_grad:
-                    raise RuntimeError("a leaf Variable that requires grad has been used in an in-place operation.")
+                    raise RuntimeError(
+                        "a leaf Variable that requires grad has been used in an in-place operation."
+                    )
             elif any(o is a for a in tensors) or o._grad_fn is not None or o._requires_grad:
                 t = Tensor._wrap(o._data)
                 t._version = o._version
@@ -165,11 +174,19 @@ class Function(metaclass=_FunctionMeta):
         if requires:
             node._num_outputs = len(outs)
             node._output_meta = [
-                (w._data.shape, w._data.dtype, w.device) if isinstance(w, Tensor) else ((), None, None) for w in wrapped
+                (w._data.shape, w._data.dtype, w.device)
+                if isinstance(w, Tensor)
+                else ((), None, None)
+                for w in wrapped
             ]
             to_save = getattr(node, "_to_save", ())
             node._saved = {
-                "__tensors__": [SavedTensor(t, node, any(t is w for w in wrapped) or any(t is o for o in outs)) if t is not None else SavedTensor(None, node, False) for t in to_save]
+                "__tensors__": [
+                    SavedTensor(t, node, any(t is w for w in wrapped) or any(t is o for o in outs))
+                    if t is not None
+                    else SavedTensor(None, node, False)
+                    for t in to_save
+                ]
             }
         else:
             to_save = getattr(node, "_to_save", ())
@@ -193,7 +210,9 @@ def once_differentiable(fn: Any) -> Any:
 
         with no_grad():
             out = fn(ctx, *args)
-        if not _state.grad_enabled or not any(isinstance(a, Tensor) and a.requires_grad for a in args):
+        if not _state.grad_enabled or not any(
+            isinstance(a, Tensor) and a.requires_grad for a in args
+        ):
             return out
         if isinstance(out, tuple):
             return tuple(_delayed_error(o) if isinstance(o, Tensor) else o for o in out)

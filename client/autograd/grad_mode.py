@@ -11,7 +11,11 @@ import threading
 from typing import Any, Callable, TypeVar
 
 __all__ = [
-    "no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "is_grad_enabled",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "inference_mode",
+    "is_grad_enabled",
     "is_inference_mode_enabled",
 ]
 

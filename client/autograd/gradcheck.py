@@ -26,7 +26,9 @@ def _outputs(fn: Callable[..., Any], inputs: Sequence[Any]) -> list[Any]:
     return [o for o in outs if isinstance(o, Tensor)]
 
 
-def _numerical(fn: Callable[..., Any], inputs: Sequence[Any], i: int, eps: float) -> list[list[np.ndarray]]:
+def _numerical(
+    fn: Callable[..., Any], inputs: Sequence[Any], i: int, eps: float
+) -> list[list[np.ndarray]]:
     """Central differences of every output w.r.t. input ``i``.
 
     Returns, per output k, one matrix per direction (real step; imaginary step for complex
@@ -46,7 +48,9 @@ def _numerical(fn: Callable[..., Any], inputs: Sequence[Any], i: int, eps: float
             for sign in (1, -1):
                 flat[j] = orig + sign * step * eps
                 # Grad mode stays on: gradgradcheck's function itself calls autograd.grad.
-                evals.append([o._to_host().astype(np.complex128).reshape(-1) for o in _outputs(fn, inputs)])
+                evals.append(
+                    [o._to_host().astype(np.complex128).reshape(-1) for o in _outputs(fn, inputs)]
+                )
             flat[j] = orig
             cols.append([(p - m) / (2 * eps) for p, m in zip(*evals)])
         for k in range(len(cols[0]) if cols else 0):
@@ -98,7 +102,10 @@ def gradcheck(
         if ins[i]._data.dtype not in (np.float64, np.complex128):
             import warnings
 
-            warnings.warn(f"input {i} is {ins[i].dtype}, not float64/complex128: gradcheck may fail spuriously", stacklevel=2)
+            warnings.warn(
+                f"input {i} is {ins[i].dtype}, not float64/complex128: gradcheck may fail spuriously",
+                stacklevel=2,
+            )
     for i in diff:
         x = ins[i]
         numerical = _numerical(func, ins, i, eps)
@@ -114,8 +121,14 @@ def gradcheck(
                     if out.requires_grad:
                         go = np.zeros(out.shape, dtype=out._data.dtype)
                         go.reshape(-1)[j] = v
-                        (g,) = autograd_grad(out, x, Tensor._wrap(go), retain_graph=True, allow_unused=True)
-                        got = np.zeros(x.numel(), np.complex128) if g is None else g._to_host().astype(np.complex128).reshape(-1)
+                        (g,) = autograd_grad(
+                            out, x, Tensor._wrap(go), retain_graph=True, allow_unused=True
+                        )
+                        got = (
+                            np.zeros(x.numel(), np.complex128)
+                            if g is None
+                            else g._to_host().astype(np.complex128).reshape(-1)
+                        )
                     else:
                         got = np.zeros(x.numel(), np.complex128)
                     if not np.allclose(got, expect, atol=atol, rtol=rtol):
@@ -130,7 +143,14 @@ def gradcheck(
     return True
 
 
-def gradgradcheck(func: Callable[..., Any], inputs: Any, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3) -> bool:
+def gradgradcheck(
+    func: Callable[..., Any],
+    inputs: Any,
+    *,
+    eps: float = 1e-6,
+    atol: float = 1e-5,
+    rtol: float = 1e-3,
+) -> bool:
     """gradcheck of the first derivative (built with create_graph) w.r.t. the inputs."""
     from .._tensor import Tensor
     from . import grad as autograd_grad

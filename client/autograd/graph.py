@@ -22,7 +22,11 @@ if TYPE_CHECKING:
     from .._tensor import Tensor
 
 __all__ = [
-    "Node", "AccumulateGrad", "SavedTensor", "saved_tensors_hooks", "disable_saved_tensors_hooks",
+    "Node",
+    "AccumulateGrad",
+    "SavedTensor",
+    "saved_tensors_hooks",
+    "disable_saved_tensors_hooks",
 ]
 
 _FREED_MSG = (
@@ -97,8 +101,18 @@ class SavedTensor:
     """A tensor saved for backward, as exposed by ``grad_fn._raw_saved_<name>``."""
 
     __slots__ = (
-        "_tensor", "_data", "_version", "_saved_version", "_is_output", "_node_ref",
-        "_output_nr", "_requires_grad", "_packed", "_unpack", "_released", "_has_hooks",
+        "_tensor",
+        "_data",
+        "_version",
+        "_saved_version",
+        "_is_output",
+        "_node_ref",
+        "_output_nr",
+        "_requires_grad",
+        "_packed",
+        "_unpack",
+        "_released",
+        "_has_hooks",
         "_was_none",
     )
 
@@ -133,20 +147,26 @@ class SavedTensor:
                 raise RuntimeError(_hooks.disabled)
             self._apply_pack(*_hooks.stack[-1], tensor)
 
-    def _apply_pack(self, pack: Callable[[Any], Any], unpack: Callable[[Any], Any], tensor: Tensor) -> None:
+    def _apply_pack(
+        self, pack: Callable[[Any], Any], unpack: Callable[[Any], Any], tensor: Tensor
+    ) -> None:
         before = tensor._version.value
         self._packed = pack(tensor)
         if tensor._version.value != before:
-            raise RuntimeError("A saved tensor pack hook is modifying its input in place. "
-                               "Tensors provided as input to pack hook can not be modified by "
-                               "in-place operations as this can lead to unexpected side-effects. "
-                               "Please open an issue if you need this behaviour.")
+            raise RuntimeError(
+                "A saved tensor pack hook is modifying its input in place. "
+                "Tensors provided as input to pack hook can not be modified by "
+                "in-place operations as this can lead to unexpected side-effects. "
+                "Please open an issue if you need this behaviour."
+            )
         self._unpack = unpack
         self._has_hooks = True
         self._tensor = None
         self._data = None
 
-    def register_hooks(self, pack_hook: Callable[[Any], Any], unpack_hook: Callable[[Any], Any]) -> None:
+    def register_hooks(
+        self, pack_hook: Callable[[Any], Any], unpack_hook: Callable[[Any], Any]
+    ) -> None:
         """Pack this saved tensor now with ``pack_hook``; unpack it with ``unpack_hook`` on use.
 
         Raises:
@@ -160,8 +180,10 @@ class SavedTensor:
         if self._was_none:
             raise RuntimeError("None is forbidden in saved tensors: cannot register hooks on it")
         if self._has_hooks:
-            raise RuntimeError("register_hooks can only be called once on a saved tensor: "
-                               "hooks are already registered on it")
+            raise RuntimeError(
+                "register_hooks can only be called once on a saved tensor: "
+                "hooks are already registered on it"
+            )
         self._apply_pack(pack_hook, unpack_hook, self._materialize(None))
 
     def _materialize(self, node: Node | None) -> Tensor:

@@ -21,38 +21,38 @@ __all__ = [
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
     """max(x, 0) elementwise."""
-    return input.relu()  # type: ignore[attr-defined, no-any-return]
+    return input.relu()
 
 
 def sigmoid(input: Tensor) -> Tensor:
-    return input.sigmoid()  # type: ignore[attr-defined, no-any-return]
+    return input.sigmoid()
 
 
 def tanh(input: Tensor) -> Tensor:
-    return input.tanh()  # type: ignore[attr-defined, no-any-return]
+    return input.tanh()
 
 
 def softmax(input: Tensor, dim: int) -> Tensor:
     """exp(x) / sum(exp(x)) along ``dim``."""
-    return input.softmax(dim)  # type: ignore[attr-defined, no-any-return]
+    return input.softmax(dim)
 
 
 def log_softmax(input: Tensor, dim: int) -> Tensor:
     """log(softmax(x)) along ``dim``, computed stably."""
-    return input.log_softmax(dim)  # type: ignore[attr-defined, no-any-return]
+    return input.log_softmax(dim)
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ W^T + b."""
-    out = input @ weight.t()  # type: ignore[attr-defined, operator]
-    return out + bias if bias is not None else out  # type: ignore[no-any-return]
+    out = input @ weight.t()
+    return out + bias if bias is not None else out
 
 
 def _reduce(loss: Tensor, reduction: str) -> Tensor:
     if reduction == "mean":
-        return loss.mean()  # type: ignore[attr-defined, no-any-return]
+        return loss.mean()
     if reduction == "sum":
-        return loss.sum()  # type: ignore[attr-defined, no-any-return]
+        return loss.sum()
     if reduction == "none":
         return loss
     raise ValueError(f"{reduction} is not a valid value for reduction: use 'mean', 'sum' or 'none'")
@@ -69,7 +69,7 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
             f"mse_loss: input shape {input.shape} and target shape {target.shape} differ; "
             "reshape one of them so they match"
         )
-    diff = input - target  # type: ignore[operator]
+    diff = input - target
     return _reduce(diff * diff, reduction)
 
 
@@ -91,8 +91,8 @@ def nll_loss(log_probs: Tensor, target: Tensor, reduction: str = "mean") -> Tens
         )
     from .._backend import array_module
 
-    picked = log_probs[array_module(idx).arange(n), idx]  # type: ignore[index]
-    return _reduce(-picked, reduction)  # type: ignore[operator]
+    picked = log_probs[array_module(idx).arange(n), idx]
+    return _reduce(-picked, reduction)
 
 
 def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", **kwargs: Any) -> Tensor:

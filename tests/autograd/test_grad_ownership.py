@@ -3,9 +3,8 @@ else can still see: accumulating into ``.grad`` later must not change any other 
 
 from __future__ import annotations
 
-import numpy as np
-
 import gradwire as gw
+import numpy as np
 
 
 def _leaf() -> gw.Tensor:
