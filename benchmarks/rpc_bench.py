@@ -92,6 +92,18 @@ def _samples(fn: Any, calls: int) -> list[float]:
     return samples
 
 
+def _throughput(start: Any, finish: Any, total: int, window: int = 64) -> float:
+    inflight: list[Any] = []
+    t = time.perf_counter()
+    for _ in range(total):
+        if len(inflight) >= window:
+            finish(inflight.pop(0))
+        inflight.append(start())
+    for f in inflight:
+        finish(f)
+    return total / (time.perf_counter() - t)
+
+
 def _echo_rate(fn: Any, nbytes: int, repeat: int) -> float:
     fn()  # warm up (allocations, channel windows)
     best = min(_timed(fn) for _ in range(repeat))
@@ -118,7 +130,6 @@ def main() -> int:
 
     import grpc
     from gradwire.distributed import rpc
-    from gradwire.futures import Future
 
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
@@ -174,16 +185,13 @@ def main() -> int:
         )
 
         total = max(2000, ns.calls)
-        inflight: list[Future[Any]] = []
-        t = time.perf_counter()
-        for _ in range(total):
-            if len(inflight) >= 64:
-                inflight.pop(0).wait()
-            inflight.append(rpc.rpc_async("peer", noop))
-        for f in inflight:
-            f.wait()
+        gw_rate = _throughput(lambda: rpc.rpc_async("peer", noop), lambda f: f.wait(), total)
+        raw_rate = _throughput(lambda: raw.future(small, timeout=10), lambda f: f.result(), total)
         rows.append(
-            ("gradwire rpc_async, 64 in flight", f"{total / (time.perf_counter() - t):.0f} calls/s")
+            (
+                "rpc_async 64 in flight: gradwire / raw unary TCP",
+                f"{gw_rate:.0f} / {raw_rate:.0f} calls/s",
+            )
         )
 
         from gradwire._tensor import Tensor

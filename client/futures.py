@@ -140,6 +140,19 @@ class Future(Generic[T]):
         for cb in callbacks:
             self._run(cb)
 
+    def _complete_unless_callbacks(self, ok: bool, value: Any) -> bool:
+        """Complete with a result (``ok``) or an exception unless callbacks are registered.
+
+        For gradwire's transport threads, which must not run user callbacks: returns False
+        (and changes nothing) when a callback would have to run, or the future is done.
+        """
+        with self._cond:
+            if self._state != _PENDING or self._callbacks:
+                return False
+            self._state, self._value = (_RESULT if ok else _ERROR), value
+            self._cond.notify_all()
+        return True
+
     def _run(self, cb: Callable[[Future[T]], Any]) -> None:
         try:
             cb(self)

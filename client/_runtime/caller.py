@@ -8,6 +8,7 @@ are retried with backoff (``send_control``).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -24,6 +25,7 @@ from .._wire.framing import Assembler, Frame, Message, split
 from .._wire.pickler import EncodeContext
 from ..errors import (
     GradwireError,
+    InvalidFutureStateError,
     MessageTooLargeError,
     RpcError,
     RpcShutdownError,
@@ -112,7 +114,6 @@ class Caller:
         call = first.call
         with self._lock:
             self.pending[call.message_id] = fut
-        fut.add_done_callback(lambda _: self._forget(call.message_id))
         started = time.monotonic()
         single = size <= agent.options.single_frame_bytes
         if single:
@@ -136,6 +137,8 @@ class Caller:
                 self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
             except BaseException as exc:  # noqa: BLE001 - delivered to the future
                 self._fail(fut, exc)
+            finally:
+                self._forget(call.message_id)
 
         if blocking:
             run()
@@ -156,15 +159,34 @@ class Caller:
         agent = self._agent
 
         def on_done(gfut: Any) -> None:
-            # gRPC's callback thread must not run user callbacks: hand over to the pool.
+            # Runs on gRPC's callback thread, which must never run user callbacks nor block:
+            # a plain reply with no callback waiting is decoded and completed right here (one
+            # thread switch less); anything else is handed to the serving pool.
+            decoded: tuple[bool, Any] | None = None
+            if gfut.exception() is None:
+                try:
+                    msg = self._assemble(peer, [gfut.result()])
+                    if not msg.header.reply.continuation:
+                        decoded = self._decode_reply(peer, call, msg)
+                except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                    decoded = (False, exc)
+            if decoded is not None and fut._complete_unless_callbacks(*decoded):
+                self._forget(call.message_id)
+                return
+
             def complete() -> None:
                 try:
+                    if decoded is not None:
+                        self._deliver(fut, *decoded)
+                        return
                     msg = self._assemble(peer, [gfut.result()])
                     self._finish(peer, call, msg, fut, what, started, timeout)
                 except grpc.RpcError as exc:
                     self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
                 except BaseException as exc:  # noqa: BLE001 - delivered to the future
                     self._fail(fut, exc)
+                finally:
+                    self._forget(call.message_id)
 
             try:
                 agent.pool.submit(complete)
@@ -175,6 +197,7 @@ class Caller:
             agent.transport.call_future(peer.dial, frame, timeout, on_done)
         except GradwireError as exc:
             self._fail(fut, exc)
+            self._forget(call.message_id)
 
     def _assemble(self, peer: Peer, frames: Iterable[Frame]) -> Message:
         asm = Assembler(self._agent.options.max_message_bytes, peer.name)
@@ -209,19 +232,32 @@ class Caller:
                 self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
                 return
             reply = msg.header.reply
+        self._deliver(fut, *self._decode_reply(peer, call, msg))
+
+    def _decode_reply(self, peer: Peer, call: pb.CallHeader, msg: Message) -> tuple[bool, Any]:
+        """(True, value) or (False, exception) for a complete reply message."""
+        agent = self._agent
+        reply = msg.header.reply
         if reply.HasField("error"):
-            self._fail(fut, decode_exception(reply.error, agent.policy, agent.name))
-            return
+            return False, decode_exception(reply.error, agent.policy, agent.name)
         body, dctx = calls.decode_body(
             msg, {"policy": agent.policy, "peer": peer.name, "worker": agent.name}
         )
         hooks.recv_reply(call, reply, dctx.objects.get("T", []), peer.id)
-        fut.set_result(body)
+        return True, body
 
     @staticmethod
-    def _fail(fut: Future[Any], exc: BaseException) -> None:
-        if not fut.done():
-            fut.set_exception(exc)
+    def _deliver(fut: Future[Any], ok: bool, value: Any) -> None:
+        # A non-graceful shutdown may have failed the future already (fail_all).
+        with contextlib.suppress(InvalidFutureStateError):
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+
+    @classmethod
+    def _fail(cls, fut: Future[Any], exc: BaseException) -> None:
+        cls._deliver(fut, False, exc)
 
     def _forget(self, message_id: int) -> None:
         with self._lock:
@@ -232,10 +268,7 @@ class Caller:
         with self._lock:
             pending = list(self.pending.values())
         for fut in pending:
-            try:
-                self._fail(fut, RpcShutdownError(reason))
-            except GradwireError:  # completed concurrently
-                pass
+            self._fail(fut, RpcShutdownError(reason))
 
     def wait_pending(self, deadline: float) -> bool:
         """Wait until no call is pending or ``deadline`` (monotonic) passes; True if drained."""

@@ -38,13 +38,19 @@ class ServingPool:
             raise ValueError(f"num_worker_threads must be at least 1, got {num_threads}")
         self._limit = num_threads
         self._name = name
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        # Idle workers wait on _work, threads back from a blocking wait on _resume; each freed
+        # slot wakes exactly one thread (no thundering herd), resuming threads first.
+        self._work = threading.Condition(self._lock)
+        self._resume = threading.Condition(self._lock)
         self._queue: collections.deque[tuple[Callable[[], Any], ConcurrentFuture[Any]]] = (
             collections.deque()
         )
         self._running = 0  # threads holding a slot
-        self._idle = 0  # threads waiting for work
-        self._resuming = 0  # threads back from a blocking wait, waiting for a slot (served first)
+        self._idle = 0  # workers waiting for work
+        self._woken = 0  # idle workers notified but not yet running
+        self._starting = 0  # threads started but not yet looking for work
+        self._resuming = 0  # threads back from a blocking wait, waiting for a slot
         self._threads = 0
         self._closed = False
         self._counter = 0
@@ -61,44 +67,68 @@ class ServingPool:
             RuntimeError: the pool is closed.
         """
         fut: ConcurrentFuture[Any] = ConcurrentFuture()
-        with self._cond:
+        with self._lock:
             if self._closed:
                 raise RuntimeError("serving pool is closed")
             self._queue.append(((lambda: fn(*args)), fut))
-            self._wake_or_spawn()
+            self._dispatch()
         return fut
 
-    def _can_start(self) -> bool:
-        return bool(self._queue) and self._running < self._limit and not self._resuming
+    def _free_slots(self) -> int:
+        return self._limit - self._running
 
-    def _wake_or_spawn(self) -> None:
-        # Called with the lock held, whenever a slot may have become free.
-        if self._resuming or self._idle > 0:
-            self._cond.notify_all()
-        if not self._can_start():
+    def _dispatch(self) -> None:
+        # With the lock held, whenever work arrived or a slot may have become free.
+        if self._free_slots() <= 0:
             return
-        if self._idle == 0:
+        if self._resuming:
+            self._resume.notify()
+            return
+        on_the_way = self._woken + self._starting  # workers about to take a task and a slot
+        if len(self._queue) <= on_the_way or self._free_slots() <= on_the_way:
+            return
+        if self._idle - self._woken > 0:
+            self._woken += 1
+            self._work.notify()
+        else:
+            self._starting += 1
             self._threads += 1
             self._counter += 1
             threading.Thread(
-                target=self._work, name=f"{self._name}-{self._counter}", daemon=True
+                target=self._loop, name=f"{self._name}-{self._counter}", daemon=True
             ).start()
 
-    def _work(self) -> None:
+    def _take(self) -> tuple[Callable[[], Any], ConcurrentFuture[Any]] | None:
+        # With the lock held: wait for a task and a slot; None when this thread should exit.
+        self._idle += 1
+        try:
+            while not self._closed and not (
+                self._queue and self._free_slots() > 0 and not self._resuming
+            ):
+                extra = self._threads > self._limit
+                notified = self._work.wait(_IDLE_EXIT_SECONDS if extra else None)
+                if notified and self._woken:
+                    self._woken -= 1
+                if not notified and extra:
+                    break
+            if self._closed or not self._queue or self._free_slots() <= 0 or self._resuming:
+                self._threads -= 1
+                return None
+            self._running += 1
+            return self._queue.popleft()
+        finally:
+            self._idle -= 1
+
+    def _loop(self) -> None:
         _futures.set_blocking_hook(self.blocking)
+        with self._lock:
+            self._starting -= 1
         while True:
-            with self._cond:
-                self._idle += 1
-                while not self._closed and not self._can_start():
-                    extra = self._threads > self._limit
-                    if not self._cond.wait(_IDLE_EXIT_SECONDS if extra else None) and extra:
-                        break
-                self._idle -= 1
-                if self._closed or not self._can_start():
-                    self._threads -= 1
-                    return
-                task, fut = self._queue.popleft()
-                self._running += 1
+            with self._lock:
+                item = self._take()
+            if item is None:
+                return
+            task, fut = item
             try:
                 if fut.set_running_or_notify_cancel():
                     try:
@@ -106,9 +136,9 @@ class ServingPool:
                     except BaseException as exc:  # noqa: BLE001 - delivered to the future
                         fut.set_exception(exc)
             finally:
-                with self._cond:
+                with self._lock:
                     self._running -= 1
-                    self._wake_or_spawn()
+                    self._dispatch()
 
     @contextlib.contextmanager
     def blocking(self) -> Iterator[None]:
@@ -117,27 +147,28 @@ class ServingPool:
             yield
             return
         self._local.released = True
-        with self._cond:
+        with self._lock:
             self._running -= 1
-            self._wake_or_spawn()
+            self._dispatch()
         try:
             yield
         finally:
-            with self._cond:
+            with self._lock:
                 self._resuming += 1
-                while self._running >= self._limit and not self._closed:
-                    self._cond.wait()
+                while self._free_slots() <= 0 and not self._closed:
+                    self._resume.wait()
                 self._resuming -= 1
                 self._running += 1
                 self._local.released = False
-                self._wake_or_spawn()
+                self._dispatch()
 
     def close(self) -> None:
         """Stop accepting work, cancel what is queued and let idle threads exit."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             queued = list(self._queue)
             self._queue.clear()
-            self._cond.notify_all()
+            self._work.notify_all()
+            self._resume.notify_all()
         for _, fut in queued:
             fut.cancel()

@@ -69,3 +69,33 @@ def test_exceptions_reach_the_future() -> None:
     with pytest.raises(ZeroDivisionError):
         pool.submit(lambda: 1 // 0).result(5)
     pool.close()
+
+
+def test_many_concurrent_nested_waits_complete() -> None:
+    pool = ServingPool(2)
+    running = [0]
+    peak = [0]
+    lock = threading.Lock()
+
+    def leaf(i: int) -> int:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.001)
+        with lock:
+            running[0] -= 1
+        return i
+
+    def parent(i: int) -> int:
+        inner = [pool.submit(leaf, i * 10 + k) for k in range(3)]
+        gathered: list[Future[int]] = []
+        for c in inner:
+            f: Future[int] = Future()
+            c.add_done_callback(lambda c, f=f: f.set_result(c.result()))
+            gathered.append(f)
+        return sum(f.wait() for f in gathered)
+
+    futs = [pool.submit(parent, i) for i in range(200)]
+    assert [f.result(30) for f in futs] == [30 * i + 3 for i in range(200)]
+    assert peak[0] <= 2  # never more runnable leaves than slots
+    pool.close()
