@@ -119,3 +119,22 @@ def test_idle_worker_uses_no_cpu() -> None:
         assert time.process_time() - before < 0.05
     finally:
         rpc.shutdown()
+
+
+def test_rank_and_world_size_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    rpc.init_rpc("fromenv", rpc_backend_options=solo_options())
+    try:
+        assert rpc.get_worker_info() == rpc.WorkerInfo("fromenv", 0)
+        with pytest.raises(TypeError, match="args must be a tuple or list"):
+            rpc.rpc_async("fromenv", operator.add, 1)
+        with pytest.raises(ValueError, match="timeout must be"):
+            rpc.rpc_sync("fromenv", operator.add, (1, 2), timeout=-5)
+    finally:
+        rpc.shutdown()
+    with pytest.raises(errors.RpcNotInitializedError, match="shutdown"):
+        rpc.shutdown()
+    monkeypatch.delenv("RANK")
+    with pytest.raises(errors.RpcInitError, match=r"\$RANK"):
+        rpc.init_rpc("norank", rpc_backend_options=solo_options())
