@@ -9,6 +9,8 @@ from __future__ import annotations
 from . import (
     _tensor_methods,  # noqa: F401  (op surface of Tensor)
     autograd,
+    errors,
+    futures,
     nn,
     optim,
 )
@@ -135,6 +137,8 @@ __all__ = [
     "is_grad_enabled",
     "is_inference_mode_enabled",
     "autograd",
+    "errors",
+    "futures",
     "nn",
     "optim",
     *_functional_all,
