@@ -9,6 +9,7 @@ travel inside the reply frame and are rebuilt on the caller.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -261,8 +262,31 @@ class WorkerServicer:
             yield out
 
 
+#: Counters of Agent.debug_info() that have their own DebugInfo field (filled by the RRef and
+#: dist-autograd integrations; absent keys stay 0).
+DEBUG_COUNTERS = (
+    "num_owner_rrefs",
+    "num_pending_users",
+    "num_pending_children",
+    "num_forks",
+    "num_autograd_contexts",
+)
+
+
+def _extra_value(value: Any) -> str:
+    # Structured values (the inspect contract: "autograd_graph", "rref_forks") travel as JSON.
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
+
+
 def debug_info_message(info: dict[str, Any]) -> pb.DebugInfo:
-    """The DebugInfo protobuf of ``Agent.debug_info()``."""
+    """The DebugInfo protobuf of ``Agent.debug_info()``.
+
+    Known keys fill their fields (including the ``DEBUG_COUNTERS``); every other key goes to
+    ``extra`` as a string, dicts and lists as JSON (see docs/inspect.md for the JSON that
+    ``gradwire inspect --dot`` reads).
+    """
     known = {
         "worker",
         "worker_id",
@@ -271,6 +295,7 @@ def debug_info_message(info: dict[str, Any]) -> pb.DebugInfo:
         "calls_in_flight",
         "calls_failed",
         "peers",
+        *DEBUG_COUNTERS,
     }
     return pb.DebugInfo(
         worker=info["worker"],
@@ -280,7 +305,8 @@ def debug_info_message(info: dict[str, Any]) -> pb.DebugInfo:
         calls_in_flight=info["calls_in_flight"],
         calls_failed=info["calls_failed"],
         peers=[pb.PeerState(**p) for p in info["peers"]],
-        extra={k: str(v) for k, v in info.items() if k not in known},
+        extra={k: _extra_value(v) for k, v in info.items() if k not in known},
+        **{k: int(info[k]) for k in DEBUG_COUNTERS if k in info},
     )
 
 
@@ -332,4 +358,4 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
 
-__all__ += ["method_handlers", "debug_info_message"]
+__all__ += ["method_handlers", "debug_info_message", "DEBUG_COUNTERS"]

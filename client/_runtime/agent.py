@@ -151,6 +151,9 @@ class Agent:
         self._barrier_gen = itertools.count()
         self._stop_server: Callable[[float], None] | None = None
         self._check_security()
+        from .autograd_service import DistAutogradService  # registers its control handlers
+
+        self.autograd = DistAutogradService(self)
         if rank == 0:
             # Set up before the server starts, so that the first Join finds them.
             if self.token is None:
@@ -380,6 +383,7 @@ class Agent:
             raise problem
 
     def _stop(self, grace: float) -> None:
+        self.autograd.close()
         self.caller.fail_all(f"RPC agent of {self.name!r} shut down while the call was pending")
         if self._stop_server is not None:
             try:
@@ -433,6 +437,7 @@ class Agent:
             "calls_failed": self.callee.failed,
             "calls_pending": len(self.caller.pending),
             "serving_threads": self.pool.num_threads,
+            **self.autograd.debug_info(),
             "peers": [
                 {
                     "name": p.name,

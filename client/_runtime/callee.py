@@ -125,10 +125,11 @@ class Callee:
             (bound_self, args, kwargs), dctx = self._decode(msg, caller_id)
             hooks.recv_call(call, dctx.objects.get("T", []), caller_id)
             is_async = getattr(fn, ASYNC_EXECUTION_ATTR, False)
-            if bound_self is not calls.NO_SELF:
-                result = fn(bound_self, *args, **kwargs)
-            else:
-                result = fn(*args, **kwargs)
+            with hooks.scope(call, caller_id):
+                if bound_self is not calls.NO_SELF:
+                    result = fn(bound_self, *args, **kwargs)
+                else:
+                    result = fn(*args, **kwargs)
             if is_async:
                 if not isinstance(result, Future):
                     raise TypeError(

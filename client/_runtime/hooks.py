@@ -19,8 +19,9 @@ Example (what issue 5 will do)::
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._proto import worker_pb2 as pb
@@ -34,6 +35,7 @@ __all__ = [
     "recv_call",
     "send_reply",
     "recv_reply",
+    "scope",
 ]
 
 
@@ -56,6 +58,11 @@ class CallHook:
         self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
     ) -> None:
         """Before a reply to ``call`` leaves this worker."""
+
+    def scope(self, call: pb.CallHeader, peer: int) -> contextlib.AbstractContextManager[Any]:
+        """Entered around the user function of ``call`` on the callee's serving thread (e.g. to
+        make the caller's distributed autograd context current there)."""
+        return contextlib.nullcontext()
 
     def on_recv_reply(
         self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
@@ -109,3 +116,12 @@ def recv_reply(
 ) -> None:
     for h in _hooks:
         h.on_recv_reply(call, header, tensors, peer)
+
+
+@contextlib.contextmanager
+def scope(call: pb.CallHeader, peer: int) -> Iterator[None]:
+    """Enter every hook's ``scope`` around a user function on the callee."""
+    with contextlib.ExitStack() as stack:
+        for h in _hooks:
+            stack.enter_context(h.scope(call, peer))
+        yield

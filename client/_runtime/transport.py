@@ -108,6 +108,7 @@ class _Stubs:
             f"/{SERVICE}/FetchReply", pb.FetchReplyRequest.SerializeToString, de
         )
         self._control: dict[str, Any] = {}
+        self._framed: dict[str, Any] = {}
 
     def control(self, method: str, response_cls: Any) -> Any:
         stub = self._control.get(method)
@@ -116,6 +117,15 @@ class _Stubs:
                 f"/{SERVICE}/{method}", lambda m: m.SerializeToString(), response_cls.FromString
             )
             self._control[method] = stub
+        return stub
+
+    def framed_control(self, method: str, response_cls: Any) -> Any:
+        stub = self._framed.get(method)
+        if stub is None:
+            stub = self.channel.stream_unary(
+                f"/{SERVICE}/{method}", encode_frame, response_cls.FromString
+            )
+            self._framed[method] = stub
         return stub
 
 
@@ -206,6 +216,21 @@ class Transport:
         """A plain protobuf unary call of ``method`` (raises grpc.RpcError)."""
         stub = self._get(address).control(method, response_cls)
         return stub(request, timeout=timeout, metadata=self.metadata, wait_for_ready=wait_for_ready)
+
+    def framed_control_future(
+        self,
+        address: str,
+        method: str,
+        frames: Iterable[Frame],
+        response_cls: Any,
+        timeout: float | None,
+        done: Callable[[Any], None],
+    ) -> None:
+        """Start a framed (client-streaming) control call such as PropagateGradients;
+        ``done(grpc_future)`` runs on gRPC's thread when it ends."""
+        stub = self._get(address).framed_control(method, response_cls)
+        fut = stub.future(iter(frames), timeout=timeout, metadata=self.metadata)
+        fut.add_done_callback(done)
 
     def channel_states(self) -> dict[str, str]:
         """Connectivity of each cached channel, by address."""

@@ -1,0 +1,293 @@
+"""Distributed autograd on a running agent: call hooks, PropagateGradients, ReleaseContext.
+
+``dist_autograd.py`` is the protocol (contexts, send/recv functions, the FAST-mode engine);
+this module connects it to the agent:
+
+- as a call hook, it stamps every call made inside a context with the context id, records a
+  send function for the tensors that require grad (with a fresh autograd message id), and on
+  the other side records the recv function and makes the context current while the function
+  runs, so nested calls join it. Replies get their own pair; a call that carried tensors
+  requiring grad always gets a reply pair, even an empty one (see ``dist_autograd``).
+- as the engine's transport, it sends gradients with PropagateGradients (never retried: it
+  accumulates) and releases contexts with ReleaseContext (idempotent, retried).
+- it serves both methods, and forwards a release to the workers the context talked to.
+
+Reclaiming contexts whose originator died: when the agent reports that a peer became
+unreachable (``on_peer_lost``) every context that peer created is released here. Contexts of
+live originators are released by their ``with context()`` exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from .._proto import worker_pb2 as pb
+from .._tensor import Tensor
+from .._wire import calls
+from .._wire.exceptions import decode_exception, encode_exception
+from .._wire.framing import Message, split
+from .._wire.pickler import EncodeContext
+from ..futures import Future
+from . import hooks
+from .dist_autograd import (
+    DistAutogradContainer,
+    DistAutogradEngine,
+    record_recv,
+    record_send,
+)
+from .transport import map_rpc_error
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["DistAutogradService", "to_gid", "from_gid"]
+
+log = logging.getLogger(__name__)
+_SHIFT = 48
+_MASK = (1 << _SHIFT) - 1
+
+
+def to_gid(message_id: int) -> pb.GloballyUniqueId:
+    """An autograd message id ((worker << 48) + counter) as the wire's GloballyUniqueId."""
+    return pb.GloballyUniqueId(created_on=message_id >> _SHIFT, local_id=message_id & _MASK)
+
+
+def from_gid(gid: pb.GloballyUniqueId) -> int:
+    return (gid.created_on << _SHIFT) + gid.local_id
+
+
+def _grad_tensors(tensors: Sequence[Any]) -> list[Tensor]:
+    return [t for t in tensors if isinstance(t, Tensor) and t.requires_grad]
+
+
+class DistAutogradService(hooks.CallHook):
+    """Distributed autograd of one agent (created with it, dropped at its shutdown)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.container = DistAutogradContainer(agent.rank)
+        self.engine = DistAutogradEngine(self.container, self, agent.name)
+        agent.register_control_handler("PropagateGradients", self._on_gradients)
+        agent.register_control_handler("ReleaseContext", self._on_release)
+        hooks.register(self)
+
+    def close(self) -> None:
+        """Stop hooking calls (the agent is shutting down)."""
+        hooks.unregister(self)
+
+    # -- call hooks ------------------------------------------------------------------------------
+    def on_send_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+        ctx_id = self.container.current_id()
+        if ctx_id is None:
+            return
+        header.autograd.context_id = ctx_id
+        sent = _grad_tensors(tensors)
+        if sent:
+            mid = self.container.next_message_id()
+            header.autograd.message_id.CopyFrom(to_gid(mid))
+            record_send(self.container.get(ctx_id), sent, peer, mid)
+
+    def on_recv_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+        if not header.HasField("autograd") or not header.autograd.context_id:
+            return
+        ctx = self.container.get_or_create(header.autograd.context_id)
+        with ctx.lock:
+            ctx.known_workers.add(peer)
+        if header.autograd.HasField("message_id"):
+            got = _grad_tensors(tensors)
+            record_recv(ctx, got, peer, from_gid(header.autograd.message_id))
+
+    def scope(self, call: pb.CallHeader, peer: int) -> contextlib.AbstractContextManager[Any]:
+        if not call.HasField("autograd") or not call.autograd.context_id:
+            return contextlib.nullcontext()
+        return self._current(call.autograd.context_id)
+
+    @contextlib.contextmanager
+    def _current(self, ctx_id: int) -> Iterator[None]:
+        prev = self.container.set_current(ctx_id)
+        try:
+            yield
+        finally:
+            self.container.set_current(prev)
+
+    def on_send_reply(
+        self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+    ) -> None:
+        if not call.HasField("autograd") or not call.autograd.context_id:
+            return
+        sent = _grad_tensors(tensors)
+        if not sent and not call.autograd.HasField("message_id"):
+            return
+        ctx = self.container.get_or_create(call.autograd.context_id)
+        mid = self.container.next_message_id()
+        header.autograd.context_id = ctx.context_id
+        header.autograd.message_id.CopyFrom(to_gid(mid))
+        record_send(ctx, sent, peer, mid)
+
+    def on_recv_reply(
+        self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+    ) -> None:
+        if not header.HasField("autograd") or not header.autograd.HasField("message_id"):
+            return
+        ctx = self.container.get_or_create(header.autograd.context_id)
+        record_recv(ctx, _grad_tensors(tensors), peer, from_gid(header.autograd.message_id))
+
+    # -- the engine's transport ---------------------------------------------------------------------
+    def send_gradients(
+        self,
+        dst: int,
+        context_id: int,
+        message_id: int,
+        pass_id: int,
+        retain_graph: bool,
+        grads: list[Any],
+    ) -> Future[Any]:
+        agent = self.agent
+        peer = agent.peers[dst]
+        out: Future[Any] = Future()
+        head = pb.GradientsHeader(
+            context_id=context_id,
+            message_id=to_gid(message_id),
+            sender_id=agent.rank,
+            retain_graph=retain_graph,
+            pass_id=pass_id,
+        )
+        try:
+            ectx = EncodeContext(
+                peer=peer.name, device_map=agent.options.device_maps.get(peer.name)
+            )
+            first, buffers = calls.encode_body(pb.FrameHeader(gradients=head), list(grads), ectx)
+            frames = list(split(first, buffers, agent.options.chunk_bytes))
+        except BaseException as exc:  # noqa: BLE001 - delivered to the future
+            out.set_exception(exc)
+            return out
+        started = time.monotonic()
+        timeout = agent.options.rpc_timeout or None
+        what = "PropagateGradients"
+
+        def done(gfut: Any) -> None:
+            exc = gfut.exception()
+            if exc is not None:
+                if isinstance(exc, grpc.RpcError):
+                    exc = map_rpc_error(exc, peer.name, what, started, timeout)
+                out.set_exception(exc)
+                return
+            ack = gfut.result()
+            if ack.HasField("error"):
+                out.set_exception(decode_exception(ack.error, agent.policy, agent.name))
+            else:
+                out.set_result(None)
+
+        try:
+            agent.transport.framed_control_future(
+                peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout, done
+            )
+        except BaseException as exc:  # noqa: BLE001 - e.g. the agent is shutting down
+            out.set_exception(exc)
+        return out
+
+    def release_context(self, dst: int, context_id: int) -> Future[Any]:
+        agent = self.agent
+        out: Future[Any] = Future()
+        request = pb.ReleaseContextRequest(context_id=context_id, sender_id=agent.rank)
+
+        def run() -> None:
+            try:
+                agent.caller.send_control(
+                    agent.peers[dst],
+                    "ReleaseContext",
+                    request,
+                    pb.Ack,
+                    agent.options.rpc_timeout or 60.0,
+                )
+                out.set_result(None)
+            except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                out.set_exception(exc)
+
+        agent.emit_control_event(
+            pb.ControlEvent(
+                kind="ReleaseContext",
+                direction="sent",
+                peer=agent.peers[dst].name,
+                time=time.time(),
+                context_id=context_id,
+            )
+        )
+        agent.pool.submit(run)
+        return out
+
+    # -- served methods ------------------------------------------------------------------------
+    def _on_gradients(self, message: Message, caller_id: int) -> Future[pb.GradientsAck]:
+        agent = self.agent
+        head = message.header.gradients
+        grads, _ = calls.decode_body(
+            message,
+            {"policy": agent.policy, "peer": agent.peer_name(caller_id), "worker": agent.name},
+        )
+        if not isinstance(grads, list):
+            raise TypeError("PropagateGradients carries a list of gradients")
+        fut = self.engine.on_gradients(
+            head.context_id, from_gid(head.message_id), head.pass_id, head.retain_graph, grads
+        )
+
+        def ack(f: Future[Any]) -> pb.GradientsAck:
+            exc = f.exception()
+            if exc is None:
+                return pb.GradientsAck()
+            return pb.GradientsAck(error=encode_exception(exc, agent.name))
+
+        return fut.then(ack)
+
+    def _on_release(self, request: pb.ReleaseContextRequest, caller_id: int) -> pb.Ack:
+        self.agent.emit_control_event(
+            pb.ControlEvent(
+                kind="ReleaseContext",
+                direction="received",
+                peer=self.agent.peer_name(caller_id),
+                time=time.time(),
+                context_id=request.context_id,
+            )
+        )
+        self.release_everywhere(request.context_id, exclude=caller_id)
+        return pb.Ack()
+
+    # -- releasing ---------------------------------------------------------------------------
+    def release_everywhere(self, context_id: int, exclude: int | None = None) -> list[Future[Any]]:
+        """Drop the context here and tell every worker it talked to (they forward it on)."""
+        ctx = self.container.release(context_id)
+        if ctx is None:
+            return []
+        with ctx.lock:
+            peers = sorted(ctx.known_workers - {self.agent.rank, exclude})
+        futures = []
+        for dst in peers:
+            fut = self.release_context(dst, context_id)
+            fut.add_done_callback(_log_failure(context_id, dst))
+            futures.append(fut)
+        return futures
+
+    def on_peer_lost(self, worker_id: int) -> None:
+        """Reclaim the contexts a dead worker created."""
+        for ctx_id in self.container.contexts_of(worker_id):
+            log.info(
+                "releasing dist autograd context %d: its originator %d is gone", ctx_id, worker_id
+            )
+            self.release_everywhere(ctx_id, exclude=worker_id)
+
+    def debug_info(self) -> dict[str, Any]:
+        return {"num_autograd_contexts": len(self.container)}
+
+
+def _log_failure(context_id: int, dst: int) -> Any:
+    def cb(f: Future[Any]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            log.warning("ReleaseContext %d to worker %d failed: %s", context_id, dst, exc)
+
+    return cb
