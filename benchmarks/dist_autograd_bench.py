@@ -38,10 +38,9 @@ def torch_matmul(x: Any, w: Any) -> Any:
 
 def _gw_worker(rank: int, port: int, token: str, iters: int, size: int, out: Any) -> None:
     os.environ["GRADWIRE_TOKEN"] = token
-    import numpy as np
-
     import gradwire as gw
     import gradwire.distributed.autograd as dist_autograd
+    import numpy as np
     from gradwire.distributed import rpc
 
     opts = rpc.GrpcRpcBackendOptions(init_method=f"tcp://127.0.0.1:{port}")
@@ -102,9 +101,8 @@ def _median(step: Any, iters: int, warmup: int = 3) -> float:
 
 
 def _local(iters: int, size: int) -> float:
-    import numpy as np
-
     import gradwire as gw
+    import numpy as np
 
     rng = np.random.default_rng(0)
     x = gw.tensor(rng.standard_normal((size, size)).astype(np.float32), requires_grad=True)
