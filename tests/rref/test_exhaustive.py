@@ -114,17 +114,21 @@ FAULT_SETS = {
     "all_kinds": Faults(0, 0, max_dups=1, kinds=None),
 }
 SLOW = {
-    ("user_to_user", "all_kinds"),
-    ("user_to_user_reply_dropped", "all_kinds"),
-    ("chain_from_creator", "remote_call"),
-    ("chain_from_creator", "fork_request"),
-    ("chain_from_creator", "all_kinds"),
+    ("user_to_user", "all_kinds"),  # ~20k states, ~40 s
+    ("user_to_user_reply_dropped", "all_kinds"),  # ~20k states, ~40 s
+    ("chain_from_creator", "remote_call"),  # ~6k states, ~10 s
+    ("chain_from_creator", "fork_request"),  # ~155k states, ~7 min
 }
+# Faults on every kind at once along the chain reach millions of states: left to the random
+# schedules of test_properties.
+SKIP = {("chain_from_creator", "all_kinds")}
 
 
 def cases():
     for name in SCENARIOS:
         for fault_name in FAULT_SETS:
+            if (name, fault_name) in SKIP:
+                continue
             marks = [pytest.mark.slow] if (name, fault_name) in SLOW else []
             yield pytest.param(name, fault_name, marks=marks, id=f"{name}-{fault_name}")
 
