@@ -183,10 +183,13 @@ class OwnerTable:
                 self.early_deletes.add((msg.rref_id, msg.fork_id))
             return
         rec.forks.discard(msg.fork_id)
-        if rec.deleted_forks is None:
-            rec.deleted_forks = Tombstones(self._ttl, self._clock)
-        rec.deleted_forks.add(msg.fork_id)
         self._maybe_delete(rec, fx)
+        if rec.rref_id in self.records:
+            # Still alive: remember the fork so that a stale ForkRequest cannot re-add it. (Once
+            # the record is deleted, the RRef's own tombstone covers its forks.)
+            if rec.deleted_forks is None:
+                rec.deleted_forks = Tombstones(self._ttl, self._clock)
+            rec.deleted_forks.add(msg.fork_id)
 
     # -- local references --------------------------------------------------------------------
 
