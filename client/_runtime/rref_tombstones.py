@@ -26,17 +26,19 @@ class Tombstones(Generic[K]):
     and the clock monotonic, so pruning only ever looks at the oldest members.
     """
 
-    __slots__ = ("_ttl", "_clock", "_expiry")
+    __slots__ = ("_ttl", "_clock", "_expiry", "_peak")
 
     def __init__(self, ttl: float | None, clock: Callable[[], float]) -> None:
         self._ttl = ttl
         self._clock = clock
         self._expiry: dict[K, float] = {}
+        self._peak = 0
 
     def add(self, key: K) -> None:
         """Remember ``key`` (again, restarting its lifetime) and forget expired members."""
         self._expiry.pop(key, None)
         self._expiry[key] = math.inf if self._ttl is None else self._clock() + self._ttl
+        self._peak = max(self._peak, len(self._expiry))
         self.prune()
 
     def prune(self) -> None:
@@ -49,6 +51,11 @@ class Tombstones(Generic[K]):
             if self._expiry[oldest] > now:
                 break
             del self._expiry[oldest]
+        if len(self._expiry) * 4 < self._peak:
+            # A dict never shrinks its table on deletion; after a burst of deletes (100,000
+            # remote() calls) copy it so the memory goes back.
+            self._expiry = dict(self._expiry)
+            self._peak = len(self._expiry)
 
     def __contains__(self, key: object) -> bool:
         return key in self._expiry
