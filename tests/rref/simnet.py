@@ -10,8 +10,9 @@ delivery order is possible. Per delivery the scheduler also picks a fault:
   the sender and is processed again later, after any number of other messages.
 
 Control messages and RemoteCalls (idempotent on its RRefId) get all faults. User calls carrying
-RRefs (``Payload``), to_here requests and their replies are delivered exactly once, in any
-order: user functions are never retried.
+RRefs (``Payload``), to_here requests and their replies are delivered at most once, in any
+order: user functions are never retried. In random runs a user call may fail before delivery
+(``fail_payload``); its sender then abandons the forks it carried.
 
 The net checks safety as it runs (``SafetyViolation``) and liveness at the end
 (``check_no_leak``). Programs drive it through ``remote``, ``local_rref``, ``share``, ``use`` and
