@@ -14,7 +14,8 @@ array (or a view of one). Two kinds exist:
 ``file_system`` (named)
     ``/dev/shm/gradwire_fs_<manager>_<id>`` with a 64-byte header holding a reference count
     (changed under ``flock``): one per mapping, plus one per handle in flight. The name is removed
-    when the count reaches zero; the manager (``_shm_manager``) removes whatever a crash left.
+    when the count reaches zero. The manager (``_shm_manager``) gives back the counts of
+    processes that die holding them and removes whatever is left when the job ends.
 
 Handing a segment to another process: :meth:`Segment.export` returns a :class:`NamedHandle`
 (plain data: send it any way you like, then :meth:`NamedHandle.attach` on the other side) or a
@@ -38,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _posix, _shm_manager
+from . import _posix, _shm_client
 from ._strategy import FILE_DESCRIPTOR, FILE_SYSTEM, get_sharing_strategy
 
 __all__ = [
@@ -245,9 +246,9 @@ class NamedHandle:
                     self.name, -1
                 )  # already mapped: the mapping holds its own count
                 return seg
-            token = _shm_manager.token_of(self.name)
+            token = _shm_client.token_of(self.name)
             if token is not None:
-                _shm_manager.join(token)  # stay counted until this mapping is gone
+                _shm_client.join(token)  # report to the manager that owns the segment
             try:
                 fd = _posix.shm_open(self.name, os.O_RDWR)
             except FileNotFoundError as exc:
@@ -313,7 +314,7 @@ def create(size: int, strategy: str | None = None) -> Segment:
             raise
     if strategy != FILE_SYSTEM:
         raise ValueError(f"unknown sharing strategy {strategy!r}")
-    name = _shm_manager.segment_prefix(_shm_manager.connect()) + seg_id
+    name = _shm_client.segment_prefix(_shm_client.connect()) + seg_id
     fd = _posix.shm_open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL)
     try:
         os.ftruncate(fd, _posix.HEADER + max(size, 1))
@@ -404,6 +405,8 @@ def _map(fd: int, seg_id: str, size: int, kind: str, name: str | None, keep_fd: 
     _rearm_finalizer(seg)
     with _lock:
         _live[seg_id] = seg
+    if name is not None:
+        _shm_client.notify(name, took=True)  # the manager gives it back if we die holding it
     return seg
 
 
@@ -422,4 +425,7 @@ def _release(pid: int, kind: str, fd: int | None, name: str | None) -> None:
     if fd is not None:
         os.close(fd)
     if kind == FILE_SYSTEM and name is not None:
+        # Tell the manager first: dying between the two leaks a count until the job ends,
+        # the other order could give it back twice.
+        _shm_client.notify(name, took=False)
         _posix.adjust_count(name, -1, missing_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import time
 
 
 def gradwire_shm_files() -> set[str]:
@@ -42,3 +43,13 @@ def wait_manager_exit(token: str, timeout: float = 20) -> None:
     """Block until the manager ``token`` exited (it removes leftovers just before)."""
     for pid in manager_pids(token):
         assert wait_dead(pid, timeout), f"shared-memory manager {pid} did not exit"
+
+
+def wait_gone(path: str, timeout: float = 10) -> bool:
+    """True once ``path`` does not exist (the manager works asynchronously; poll briefly)."""
+    deadline = time.monotonic() + timeout
+    while os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

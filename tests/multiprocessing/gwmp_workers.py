@@ -120,11 +120,11 @@ def bounce(q_in: Any, q_out: Any) -> None:
 
 
 def attach_named_and_fill(handle: Any, value: float, done: Any) -> None:
-    from gradwire.multiprocessing import _shm_manager
+    from gradwire.multiprocessing import _shm_client
 
     seg = handle.attach()
     seg.ndarray(np.float64, (4,))[:] = value
-    done.put((seg.seg_id, sorted(_shm_manager._clients)))
+    done.put((seg.seg_id, sorted(_shm_client._clients)))
 
 
 def receive_fd_and_fill(sock: Any, seg_id: str, size: int, value: float, done: Any) -> None:
@@ -160,3 +160,13 @@ def cuda_consumer(q: Any, report: Any) -> None:
     t._data[...] = 2.0
     del t
     report.put("released")
+
+
+def hold_arg_and_own_segment(t: Tensor, names: Any) -> None:
+    """Map the argument, create a segment of its own, report its name, wait to be killed."""
+    from gradwire.multiprocessing import _segment
+
+    assert t._shared is not None
+    own = _segment.create(64, "file_system")
+    names.put(own.name)
+    time.sleep(300)

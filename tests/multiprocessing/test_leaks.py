@@ -51,8 +51,7 @@ def test_no_leak_after_exit(strategy, mode, script_env):
             assert failed == [expected, "1"]
         (live,) = _read(proc, "LIVE")
         if strategy == "file_system":
-            # the parent's tensor is still mapped; after kill -9 the child's segment is orphaned
-            assert int(live) >= (2 if mode == "kill_child" else 1)
+            assert int(live) >= 1  # the parent's tensor is still mapped
         assert proc.wait(60) == 0
     finally:
         proc.kill()

@@ -11,8 +11,8 @@ import gradwire.multiprocessing as gmp
 import gwmp_workers as w
 import numpy as np
 import pytest
-from gradwire.multiprocessing import _segment, _shm_manager
-from gwmp_helpers import manager_pids, wait_manager_exit
+from gradwire.multiprocessing import _segment, _shm_client
+from gwmp_helpers import manager_pids, wait_gone, wait_manager_exit
 
 TIMEOUT = 60
 
@@ -44,7 +44,7 @@ def test_discarded_handle_releases_its_reference():
 
 def test_named_handle_attaches_in_another_process_and_joins_the_owning_manager(monkeypatch):
     seg = _segment.create(32, "file_system")
-    token = _shm_manager.token_of(seg.name)
+    token = _shm_client.token_of(seg.name)
     monkeypatch.delenv("GRADWIRE_SHM_MANAGER")  # the child does not inherit the manager
     ctx = gmp.get_context("spawn")
     done = ctx.Queue()
@@ -124,7 +124,7 @@ def test_manager_removes_segments_of_a_client_killed_with_sigkill(script_env):
     assert not _shm(name)
 
 
-def test_manager_waits_for_every_client(monkeypatch):
+def test_manager_gives_back_a_killed_clients_counts_and_waits_for_the_rest(monkeypatch):
     monkeypatch.delenv("GRADWIRE_SHM_MANAGER", raising=False)  # not this test process' manager
     ctx = gmp.get_context("spawn")
     names = ctx.Queue()
@@ -138,7 +138,9 @@ def test_manager_waits_for_every_client(monkeypatch):
     assert token2 == token
     first.kill()
     first.join(TIMEOUT)
-    assert _shm(name1) and _shm(name2) and manager_pids(token)  # one client is left
+    # the manager gives back what the killed client held at once, not at the end of the job
+    assert wait_gone(os.path.join("/dev/shm", name1))
+    assert _shm(name2) and manager_pids(token)  # the other client still holds its segment
     second.kill()
     second.join(TIMEOUT)
     wait_manager_exit(token)
@@ -172,5 +174,25 @@ def test_a_child_that_exits_gives_back_its_count(method):
             done.get(timeout=TIMEOUT)
             p.join(TIMEOUT)
         assert t._shared.users() == 1
+    finally:
+        gmp.set_sharing_strategy(old)
+
+
+def test_a_killed_child_gives_back_its_count_while_the_parent_runs():
+    old = gmp.get_sharing_strategy()
+    gmp.set_sharing_strategy("file_system")
+    try:
+        t = w.tensor(np.zeros(3))
+        gmp.share_memory_(t)
+        ctx = gmp.get_context("spawn")
+        names = ctx.Queue()
+        p = ctx.Process(target=w.hold_arg_and_own_segment, args=(t, names))
+        p.start()
+        own = names.get(timeout=TIMEOUT)
+        assert t._shared.users() == 2 and _shm(own)
+        p.kill()
+        p.join(TIMEOUT)
+        assert wait_gone(os.path.join("/dev/shm", own))  # its own segment: count 0, removed
+        assert t._shared.users() == 1  # and the parent's segment is back to the parent alone
     finally:
         gmp.set_sharing_strategy(old)
