@@ -1,0 +1,76 @@
+"""The ``gradwire`` command: ``gradwire demo`` and the deployment subcommands.
+
+    gradwire demo      the distributed demo job (gradwire.demo; issue 5)
+    gradwire run       join a cluster as a worker, run a job's entry point, leave
+    gradwire inspect   a worker's state, control messages, DOT pictures
+    gradwire health    grpc.health.v1 check of a worker (exit 0 healthy, 1 not)
+
+``run``, ``inspect`` and ``health`` live in :mod:`gradwire.server.cli` and are added by
+:func:`_register_deploy_commands`; ``demo`` imports :mod:`gradwire.demo` only when used.
+The worker itself is the separate command ``gradwire-worker`` (``python -m gradwire.server``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["main", "build_parser"]
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        from gradwire import demo  # type: ignore[attr-defined]
+    except ImportError as exc:
+        if exc.name not in ("gradwire.demo", "demo"):
+            raise
+        print(
+            "gradwire demo: the demo module gradwire.demo is not installed in this version",
+            file=sys.stderr,
+        )
+        return 2
+    result = demo.main(list(args.demo_args))
+    return int(result or 0)
+
+
+# -- deployment subcommands (issue 7): run, inspect, health ---------------------------------------
+
+
+def _register_deploy_commands(subparsers: Any) -> None:
+    from gradwire.server.cli.commands import register
+
+    register(subparsers)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``gradwire`` parser with every subcommand."""
+    parser = argparse.ArgumentParser(prog="gradwire", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    demo = sub.add_parser("demo", help="run the distributed demo job")
+    demo.add_argument("demo_args", nargs=argparse.REMAINDER, help="arguments of the demo")
+    demo.set_defaults(handler=_demo)
+    _register_deploy_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``gradwire``.
+
+    Args:
+        argv: arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit code of the subcommand.
+    """
+    args = build_parser().parse_args(argv)
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
