@@ -227,7 +227,9 @@ def start_processes(
 
     Each child dies with this process (no orphans even after ``kill -9``). The first child to
     fail makes the others terminate (SIGTERM, then SIGKILL after a few seconds) and surfaces as
-    an exception from :meth:`ProcessContext.join`.
+    an exception from :meth:`ProcessContext.join`. On Linux the death signal follows the
+    *thread* that started the children (``PR_SET_PDEATHSIG``): call this from a thread that
+    outlives them, such as the main thread.
 
     Args:
         fn: a module-level function (it is pickled for ``spawn`` and ``forkserver``).
