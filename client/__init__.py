@@ -11,6 +11,7 @@ from . import (
     autograd,
     errors,
     futures,
+    multiprocessing,  # noqa: E402  (registers tensor reductions with ForkingPickler)
     nn,
     optim,
 )
@@ -139,6 +140,7 @@ __all__ = [
     "autograd",
     "errors",
     "futures",
+    "multiprocessing",
     "nn",
     "optim",
     *_functional_all,

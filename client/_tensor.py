@@ -496,9 +496,10 @@ class Tensor:
         return self
 
     def is_shared(self) -> builtins.bool:
-        """True when the storage lives in shared memory."""
-        base = self._base if self._base is not None else self
-        return base._shared is not None
+        """True when the storage lives in shared memory (CUDA tensors: always)."""
+        from .multiprocessing._sharing import is_shared
+
+        return is_shared(self)
 
 
 def _retain(ref: weakref.ref[Tensor], grad: Tensor) -> None:
