@@ -289,8 +289,20 @@ def render_rrefs(views: Mapping[str, Mapping[str, str]], rref_id: str | None = N
                 g.missing.add(parent)
         return node
 
+    held_for = {(rid, fid, parent) for rid, fid, parent, _child in pending}
+    drawn: set[tuple[str, str]] = set()
     for rid, fid, node, parent, owner in links:
-        g.edge(parent_node(rid, parent, owner), node, label=f"fork {fid}")
+        if (rid, fid, parent) in held_for:  # the parent still keeps its fork alive for this one
+            drawn.add((rid, fid))
+            g.edge(
+                parent_node(rid, parent, owner),
+                node,
+                label=f"fork {fid}\nawaiting ChildAck",
+                style="dashed",
+                color="orange",
+            )
+        else:
+            g.edge(parent_node(rid, parent, owner), node, label=f"fork {fid}")
     for rid, forks in owner_forks.items():
         for fid in forks:
             if (rid, fid) not in users:
@@ -299,6 +311,8 @@ def render_rrefs(views: Mapping[str, Mapping[str, str]], rref_id: str | None = N
                 g.missing.add("(not inspected)")
                 g.edge(owners[rid][1], node, style="dashed", label="counted by owner")
     for rid, fid, parent, child in pending:
+        if (rid, fid) in drawn:
+            continue
         target = users.get((rid, fid))
         if target is None:
             target = f"{child}/user/{rid}/{fid}"

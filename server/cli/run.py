@@ -147,11 +147,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_args", nargs=argparse.REMAINDER, help="arguments of the job")
 
 
+def _returned_code(value: Any) -> int:
+    # main() returning an int sets the exit code; any other value (None, a result) means 0.
+    return value if isinstance(value, int) and not isinstance(value, bool) else EXIT_OK
+
+
 def _exit_code(value: Any) -> int:
+    # sys.exit() semantics: None -> 0, an int -> itself, anything else is printed -> 1.
     if value is None:
         return EXIT_OK
-    if isinstance(value, bool):
-        return EXIT_FAILURE if value is False else EXIT_OK
     if isinstance(value, int):
         return value
     print(value, file=sys.stderr)  # sys.exit("message") convention
@@ -188,7 +192,7 @@ def run_command(args: argparse.Namespace, prog: str = "gradwire run") -> int:
     started = time.monotonic()
     try:
         with stops.raising():
-            code = _exit_code(entry.call())
+            code = _returned_code(entry.call())
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except Interrupted as exc:

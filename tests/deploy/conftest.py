@@ -1,0 +1,1 @@
+"""tests/deploy: the CLI commands as real processes, the deployment files, the netns cluster."""
