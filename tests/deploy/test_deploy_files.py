@@ -1,0 +1,240 @@
+"""docker-compose.yml, deploy/Dockerfile and deploy/k8s checked against the CLI they drive."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from typing import Any
+
+import pytest
+from gradwire.cli import build_parser as gradwire_parser
+from gradwire.server.cli.tls_settings import TLS_SETTINGS
+from gradwire.server.cli.worker import build_parser as worker_parser
+from gradwire.server.cli.worker_config import WORKER_SETTINGS
+
+from .procs import ROOT
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is in the test extra")
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: Every variable a gradwire process reads (the CLI's table, plus the tool timeout).
+KNOWN_ENV = {s.env for s in (*WORKER_SETTINGS, *TLS_SETTINGS)} | {"GRADWIRE_TOOL_TIMEOUT"}
+SCRIPTS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+
+
+def parses(argv: list[str]) -> argparse.Namespace:
+    """Parse a command line the way the console script named by argv[0] would."""
+    assert argv[0] in SCRIPTS, f"{argv[0]} is not a console script of the project"
+    parser = worker_parser() if argv[0] == "gradwire-worker" else gradwire_parser()
+    try:
+        return parser.parse_args(argv[1:])
+    except SystemExit as exc:  # argparse's way of refusing
+        raise AssertionError(f"{argv} does not parse: exit {exc.code}") from None
+
+
+def check_env(env: dict[str, Any], where: str) -> None:
+    unknown = {k for k in env if k.startswith("GRADWIRE_")} - KNOWN_ENV
+    assert not unknown, f"{where}: variables no gradwire command reads: {sorted(unknown)}"
+
+
+# -- docker-compose.yml --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_services_form_one_cluster(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert set(services) == {"ps", "trainer0", "trainer1", "worker3"}
+    envs = {name: s["environment"] for name, s in services.items()}
+    world = {int(e["GRADWIRE_WORLD_SIZE"]) for e in envs.values()}
+    assert world == {len(services)}
+    assert sorted(int(e["GRADWIRE_RANK"]) for e in envs.values()) == list(range(len(services)))
+    assert all(e["GRADWIRE_NAME"] == name for name, e in envs.items())
+    rank0 = next(n for n, e in envs.items() if e["GRADWIRE_RANK"] == "0")
+    assert {e["GRADWIRE_MASTER_ADDR"] for e in envs.values()} == {rank0}
+    ports = {e["GRADWIRE_LISTEN"].rpartition(":")[2] for e in envs.values()}
+    assert ports == {envs[rank0]["GRADWIRE_MASTER_PORT"]}
+    for name, e in envs.items():
+        check_env(e, f"service {name}")
+
+
+def test_compose_same_image_private_network_one_published_port(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert {s["image"] for s in services.values()} == {"gradwire:latest"}
+    assert [n for n, s in services.items() if "build" in s] == ["ps"]
+    assert services["ps"]["build"]["dockerfile"] == "deploy/Dockerfile"
+    published = {n: s["ports"] for n, s in services.items() if s.get("ports")}
+    assert list(published) == ["ps"] and len(published["ps"]) == 1
+    host_ip, host_port, container_port = published["ps"][0].split(":")
+    assert host_ip == "127.0.0.1"
+    assert container_port == services["ps"]["environment"]["GRADWIRE_LISTEN"].rpartition(":")[2]
+    assert all(s["networks"] == ["gradwire"] for s in services.values())
+    assert compose["networks"]["gradwire"]["driver"] == "bridge"
+
+
+def test_compose_token_comes_from_an_env_file(compose: dict[str, Any]) -> None:
+    for name, s in compose["services"].items():
+        assert s["env_file"] == ["deploy/cluster.env"], name
+        assert "GRADWIRE_TOKEN" not in s["environment"], name
+    example = (ROOT / "deploy" / "cluster.env.example").read_text()
+    keys = dict(
+        line.split("=", 1) for line in example.splitlines() if line and not line.startswith("#")
+    )
+    assert "GRADWIRE_TOKEN" in keys
+    check_env(keys, "deploy/cluster.env.example")
+    assert "cluster.env" in (ROOT / "deploy" / ".gitignore").read_text().split()
+
+
+def test_compose_start_is_gated_on_health(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, s in services.items():
+        test = s["healthcheck"]["test"]
+        assert test[0] == "CMD"
+        args = parses(test[1:])
+        assert args.command == "health" and args.live  # the worker answers; see health.py
+        for dep, cond in (s.get("depends_on") or {}).items():
+            assert dep in services and cond == {"condition": "service_healthy"}, name
+    assert set(services["trainer0"]["depends_on"]) == set(services) - {"trainer0"}
+    assert "ps" in services["trainer1"]["depends_on"] and "ps" in services["worker3"]["depends_on"]
+
+
+def test_compose_driver_runs_the_demo_and_the_others_leave_with_it(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    driver = services["trainer0"]
+    args = parses([*driver["entrypoint"], *driver["command"]])
+    assert args.command == "run" and args.target == "gradwire.demo:main"
+    for name, s in services.items():
+        if name != "trainer0":
+            assert "entrypoint" not in s and "command" not in s  # the image's gradwire-worker
+            assert s["environment"].get("GRADWIRE_UNTIL", "job") == "job"
+
+
+# -- deploy/Dockerfile ---------------------------------------------------------------------------
+
+
+def dockerfile() -> list[tuple[str, str]]:
+    text = (ROOT / "deploy" / "Dockerfile").read_text().replace("\\\n", " ")
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_dockerfile_slim_non_root_package_only() -> None:
+    steps = dockerfile()
+    froms = [rest for word, rest in steps if word == "FROM"]
+    assert all(re.fullmatch(r"python:3\.\d+-slim( AS \w+)?", f) for f in froms), froms
+    final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM") :]
+    users = [rest for word, rest in final if word == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    copied = [rest.split()[0] for word, rest in steps if word == "COPY" and "--from" not in rest]
+    assert set(copied) <= {"pyproject.toml", "client", "server", "deploy/jobs"}, copied
+    installs = [rest for word, rest in final if word == "RUN" and "pip install" in rest]
+    assert installs and all("--no-index" in r for r in installs)  # only the built wheels
+    ignore = [
+        ln.strip()
+        for ln in (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    assert ignore[0] == "*" and "!client/" in ignore and "!server/" in ignore
+
+
+def test_dockerfile_entrypoint_env_and_healthcheck_match_the_cli() -> None:
+    steps = dict((w, r) for w, r in dockerfile() if w in ("ENTRYPOINT", "HEALTHCHECK", "EXPOSE"))
+    entry = yaml.safe_load(steps["ENTRYPOINT"])
+    assert entry == ["gradwire-worker"] and "gradwire-worker" in SCRIPTS
+    env_lines = [r for w, r in dockerfile() if w == "ENV"]
+    env = dict(pair.split("=", 1) for r in env_lines for pair in shlex.split(r))
+    check_env(env, "deploy/Dockerfile")
+    assert env["GRADWIRE_LISTEN"].rpartition(":")[2] == steps["EXPOSE"]
+    cmd = steps["HEALTHCHECK"].split("CMD", 1)[1].strip()
+    args = parses(yaml.safe_load(cmd))
+    assert args.command == "health" and args.live and float(args.timeout) < 4
+
+
+# -- deploy/k8s ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def k8s() -> dict[str, dict[str, Any]]:
+    docs = {}
+    for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and "kind" in doc:
+                docs[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
+    return docs
+
+
+def container_env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_k8s_statefulset_behind_a_headless_service(k8s: dict[str, dict[str, Any]]) -> None:
+    svc, sts = k8s["Service/gradwire"], k8s["StatefulSet/gradwire"]
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"]
+    assert sts["spec"]["serviceName"] == "gradwire"
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert sts["spec"]["selector"]["matchLabels"] == labels
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    env = container_env(c)
+    check_env(env, "statefulset")
+    assert env["GRADWIRE_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert "pod-index" in env["GRADWIRE_RANK"]["fieldRef"]["fieldPath"]
+    # rank 0 is pod gradwire-0, reached through the headless Service's stable name
+    assert env["GRADWIRE_MASTER_ADDR"] == f"{sts['metadata']['name']}-0.{svc['metadata']['name']}"
+    port = int(env["GRADWIRE_LISTEN"].rpartition(":")[2])
+    assert svc["spec"]["ports"][0]["port"] == port == c["ports"][0]["containerPort"]
+    assert int(env["GRADWIRE_WORLD_SIZE"]) == sts["spec"]["replicas"] + 1  # + the driver Job
+
+
+def test_k8s_probes_speak_grpc_health(k8s: dict[str, dict[str, Any]]) -> None:
+    (c,) = k8s["StatefulSet/gradwire"]["spec"]["template"]["spec"]["containers"]
+    port = int(container_env(c)["GRADWIRE_LISTEN"].rpartition(":")[2])
+    assert c["readinessProbe"]["grpc"]["port"] == port  # SERVING = joined a session
+    live = parses(c["livenessProbe"]["exec"]["command"])
+    assert live.command == "health" and live.live
+
+
+def test_k8s_token_comes_from_a_secret(k8s: dict[str, dict[str, Any]]) -> None:
+    secret = k8s["Secret/gradwire-token"]
+    for key in ("StatefulSet/gradwire", "Job/gradwire-driver"):
+        pod = k8s[key]["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        env = container_env(c)
+        assert "GRADWIRE_TOKEN" not in env
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "token")
+        assert env["GRADWIRE_TOKEN_FILE"] == f"{mount['mountPath']}/token"
+        vol = next(v for v in pod["volumes"] if v["name"] == "token")
+        assert vol["secret"]["secretName"] == secret["metadata"]["name"]
+        assert "token" in secret["stringData"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_k8s_driver_job_joins_as_the_last_rank(k8s: dict[str, dict[str, Any]]) -> None:
+    sts, job = k8s["StatefulSet/gradwire"], k8s["Job/gradwire-driver"]
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    args = parses([*c["command"], *c["args"]])
+    assert args.command == "run" and args.target == "gradwire.demo:main"
+    env = container_env(c)
+    check_env(env, "driver job")
+    assert int(env["GRADWIRE_RANK"]) == sts["spec"]["replicas"]
+    (w,) = sts["spec"]["template"]["spec"]["containers"]
+    assert env["GRADWIRE_MASTER_ADDR"] == container_env(w)["GRADWIRE_MASTER_ADDR"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/component"] != "worker"  # not one of the Service's pods
