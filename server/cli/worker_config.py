@@ -20,7 +20,7 @@ from gradwire._runtime.workers import validate_name
 from gradwire._wire.policy import DEFAULT_DENY
 from gradwire.errors import GradwireError
 
-from .settings import ConfigError, Setting, add_settings, resolve_settings
+from .settings import ConfigError, Setting, add_settings, parse_bool, resolve_settings
 from .tls_settings import TLS_SETTINGS, TlsFiles, resolve_tls, resolve_token
 
 __all__ = [
@@ -198,6 +198,15 @@ JOIN_SETTINGS: tuple[Setting, ...] = (
         60.0,
     ),
     Setting(
+        "unix_socket",
+        "--unix-socket",
+        "GRADWIRE_UNIX_SOCKET",
+        "also serve on a Unix socket that same-host peers dial (1/0; off with TLS)",
+        parse_bool,
+        True,
+        metavar="1|0",
+    ),
+    Setting(
         "num_worker_threads",
         "--num-worker-threads",
         "GRADWIRE_NUM_WORKER_THREADS",
@@ -288,6 +297,7 @@ class WorkerConfig:
             callable_allow=tuple(v["allow"]),
             callable_deny=DEFAULT_DENY + tuple(v["deny"]),
             trust_everything=v["trust_everything"],
+            use_unix_socket=v["unix_socket"],
         )
 
 

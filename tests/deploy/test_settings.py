@@ -116,3 +116,7 @@ def test_policy_and_timeouts_reach_the_backend_options() -> None:
     assert "mypkg.secret*" in opts.callable_deny and "gradwire.server*" in opts.callable_deny
     assert opts.rpc_timeout == 7.5 and opts.num_worker_threads == 4
     assert cfg([], env).backend_options().callable_allow == ("mypkg.*", "other.mod:f")
+    assert opts.use_unix_socket is True
+    assert cfg(["--unix-socket", "0"], env).backend_options().use_unix_socket is False
+    with pytest.raises(ConfigError, match=r"\$GRADWIRE_UNIX_SOCKET='sometimes'"):
+        cfg([], {**env, "GRADWIRE_UNIX_SOCKET": "sometimes"})
