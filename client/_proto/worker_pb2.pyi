@@ -61,14 +61,18 @@ class TensorMeta(_message.Message):
     def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., device: _Optional[str] = ..., target_device: _Optional[str] = ..., requires_grad: _Optional[bool] = ..., shm: _Optional[_Union[SharedMemoryRef, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class SharedMemoryRef(_message.Message):
-    __slots__ = ("name", "offset", "size")
+    __slots__ = ("name", "offset", "size", "seg_id", "ticket")
     NAME_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
+    SEG_ID_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
     name: str
     offset: int
     size: int
-    def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+    seg_id: str
+    ticket: int
+    def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., size: _Optional[int] = ..., seg_id: _Optional[str] = ..., ticket: _Optional[int] = ...) -> None: ...
 
 class RRefForkData(_message.Message):
     __slots__ = ("owner_id", "rref_id", "fork_id", "parent_id", "type_name")

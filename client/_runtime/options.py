@@ -52,6 +52,11 @@ class GrpcRpcBackendOptions:
         keepalive_seconds: ping interval on active connections, to notice dead peers.
         use_unix_socket: also serve on a Unix domain socket that peers on the same host dial
             (faster than loopback TCP); off when TLS is on.
+        shm_transfer: send tensors of at least ``shm_threshold_bytes`` to peers on the same
+            host through shared memory (only a handle crosses gRPC); the sender's setting decides.
+        shm_threshold_bytes: smallest tensor, in bytes, that takes the shared-memory path.
+        shm_pool_bytes: shared memory this worker keeps per same-host peer for reuse; a tensor
+            that does not fit streams instead.
     """
 
     rpc_timeout: float = DEFAULT_RPC_TIMEOUT
@@ -77,6 +82,9 @@ class GrpcRpcBackendOptions:
     device_maps: dict[str, dict[str, str]] = field(default_factory=dict)
     keepalive_seconds: float = 20.0
     use_unix_socket: bool = True
+    shm_transfer: bool = True
+    shm_threshold_bytes: int = 1 << 20
+    shm_pool_bytes: int = 2 << 30
 
     def __post_init__(self) -> None:
         if self.num_worker_threads < 1:
@@ -87,6 +95,10 @@ class GrpcRpcBackendOptions:
             raise ValueError(f"chunk_bytes must be at least 1024, got {self.chunk_bytes}")
         if self.single_frame_bytes < 0:
             raise ValueError(f"single_frame_bytes must be >= 0, got {self.single_frame_bytes}")
+        if self.shm_threshold_bytes < 1:
+            raise ValueError(f"shm_threshold_bytes must be >= 1, got {self.shm_threshold_bytes}")
+        if self.shm_pool_bytes < 0:
+            raise ValueError(f"shm_pool_bytes must be >= 0, got {self.shm_pool_bytes}")
         if self.token is None:
             self.token = os.environ.get("GRADWIRE_TOKEN") or None
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._proto import worker_pb2 as pb
 from ..errors import SerializationError
-from . import pickler
+from . import pickler, shm
 from .framing import Message
 from .policy import origin_of
 
@@ -66,7 +66,11 @@ def encode_body(
     Returns:
         ``(first, buffers)`` ready for ``framing.split``.
     """
-    data = pickler.dumps(body, ctx)
+    try:
+        data = pickler.dumps(body, ctx)
+    except BaseException:
+        shm.cancel(meta for meta, _ in ctx.tensors)  # segments already filled go back at once
+        raise
     first.payload.pickle_nbytes = len(data)
     first.payload.tensors.extend(meta for meta, _ in ctx.tensors)
     first.payload.rrefs.extend(ctx.rrefs)

@@ -4,7 +4,8 @@ A *message* (call, reply, fetched value, gradients) is one first header (with it
 and a list of raw buffers: the pickle bytes, then each tensor's bytes in side-table order.
 :func:`split` cuts a message into frames of at most ``chunk_bytes`` raw bytes; :class:`Assembler`
 puts frames back together into freshly allocated, writable buffers, so peak extra memory on
-either side is one frame plus the destination arrays.
+either side is one frame plus the destination arrays. A tensor whose ``TensorMeta.shm`` is set
+has no bytes in the stream: the Assembler maps it from shared memory (:mod:`.shm`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from .._proto import worker_pb2 as pb
 from ..errors import MessageTooLargeError, SerializationError
+from . import shm
 
 __all__ = [
     "Frame",
@@ -180,7 +182,7 @@ class Assembler:
 
     def _start(self, h: pb.FrameHeader) -> None:
         payload = h.payload
-        total = payload.pickle_nbytes
+        total = announced = payload.pickle_nbytes  # bytes in the stream / in the whole message
         pickle_buf = bytearray(payload.pickle_nbytes)
         arrays: list[np.ndarray] = []
         sizes = []
@@ -196,15 +198,20 @@ class Assembler:
                     f"tensor of shape {tuple(meta.shape)} and dtype {meta.dtype} announced "
                     f"{meta.nbytes} bytes"
                 )
-            total += meta.nbytes
+            announced += meta.nbytes
+            if not meta.HasField("shm"):
+                total += meta.nbytes
             sizes.append((meta, dt))
-        if total > self._max:
+        if announced > self._max:
             sender = f" from {self._peer!r}" if self._peer else ""
             raise MessageTooLargeError(
-                f"message of {total} bytes{sender} exceeds max_message_bytes={self._max}"
+                f"message of {announced} bytes{sender} exceeds max_message_bytes={self._max}"
             )
         self._regions.append((payload.pickle_nbytes, memoryview(pickle_buf)))
         for meta, dt in sizes:
+            if meta.HasField("shm"):  # same-host fast path: the bytes are in shared memory
+                arrays.append(shm.receive(meta))
+                continue
             arr = np.empty(tuple(meta.shape), dtype=dt)
             arrays.append(arr)
             self._regions.append((meta.nbytes, byte_view(arr)))

@@ -1,7 +1,8 @@
 """Tensors and ndarrays <-> (TensorMeta, raw buffer): data never goes through pickle.
 
 A non-contiguous view is made contiguous first, so only its own elements travel and it arrives
-with its shape. GPU (CuPy) arrays need a device map entry for the destination; without one the
+with its shape. A large tensor for a peer on the same host goes through shared memory instead
+(:mod:`gradwire._wire.shm`). GPU (CuPy) arrays need a device map entry for the destination; without one the
 error is immediate and names the ``device_maps`` option.
 """
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from .._proto import worker_pb2 as pb
 from ..errors import SerializationError
+from . import shm
 from .framing import ALLOWED_DTYPES, byte_view
 
 __all__ = ["KIND_TENSOR", "KIND_PARAMETER", "KIND_NDARRAY", "pack", "unpack", "tensor_classes"]
@@ -77,17 +79,20 @@ def pack(
                 f"rpc_backend_options.set_device_map({peer!r}, {{{device!r}: 'cuda:N' or 'cpu'}})"
             )
         arr = arr.get()  # device -> host copy; the receiver moves it to `target`
-    host = np.ascontiguousarray(arr)
     meta = pb.TensorMeta(
-        dtype=host.dtype.name,
-        shape=host.shape,
-        nbytes=host.nbytes,
+        dtype=arr.dtype.name,
+        shape=arr.shape,
+        nbytes=arr.nbytes,
         device=device,
         target_device=target,
         requires_grad=requires_grad,
         kind=kind,
     )
-    return meta, byte_view(host)
+    ref = shm.offer(peer, arr)  # same-host peer: a copy in shared memory, no bytes in the stream
+    if ref is not None:
+        meta.shm.CopyFrom(ref)
+        return meta, memoryview(b"")
+    return meta, byte_view(np.ascontiguousarray(arr))
 
 
 def unpack(meta: pb.TensorMeta, arr: np.ndarray) -> Any:

@@ -1,0 +1,189 @@
+"""The same-host fast path: a large tensor travels through shared memory, its handle through gRPC.
+
+When the sender and the receiver share a host, :func:`offer` (called by ``tensors.pack``) copies
+a tensor of at least the threshold into a reused segment of the destination's
+:class:`~gradwire._wire.shm_pool.SegmentPool` and returns a ``SharedMemoryRef`` for
+``TensorMeta.shm``; the frame stream then carries no bytes for it. The receiver's
+:class:`~gradwire._wire.framing.Assembler` calls :func:`receive`, which maps the segment and
+returns an ndarray over it. The runtime decides which peers qualify (same ``host_id``, the
+``shm_transfer`` option) by installing a route with :func:`set_route`; without one every tensor
+streams. Calls, replies, RRef values and gradients all pass through ``pack`` and the Assembler, so
+they all take this path.
+
+By-value semantics, as with PyTorch RPC (neither side sees the other's later writes):
+
+* The sender *copies* the tensor into the segment while encoding, so later writes to its own
+  tensor do not reach the segment, and the sender never reads the segment again.
+* The sender writes that segment again only when the receiver has zeroed the transfer's ticket
+  (it holds its own mapping) *and* the segment's reference count says no mapping but the
+  sender's is left (the receiver dropped its array). So the receiver owns the memory privately
+  for as long as it uses it: its writes reach nobody, and nobody's writes reach it.
+* A receiver in the sender's own process (a call to oneself) would share the sender's mapping,
+  so it copies the data out instead.
+* A received tensor sent on is copied into the forwarder's own pool, never re-exported.
+
+No leaks: every reference on a segment belongs to a mapping registered with the segment manager
+of :mod:`gradwire.multiprocessing` (the receiver adds its own before mapping), which gives back
+the references of a process killed mid-transfer; a segment whose ticket is never taken is retired
+by the sender's pool after ``stale_seconds``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from .._proto import worker_pb2 as pb
+from ..errors import SerializationError
+from .shm_pool import DATA_OFFSET, SegmentPool
+
+__all__ = ["Route", "set_route", "offer", "receive", "cancel", "stats", "reset_stats"]
+
+#: ``route(peer_name) -> pool or None``: the pool for a same-host peer, None to stream.
+Route = Callable[[str], "SegmentPool | None"]
+
+_route: Route | None = None
+_pools: dict[str, SegmentPool] = {}  # seg_id -> pool, for cancel()
+_counts: Counter[str] = Counter()
+_lock = threading.Lock()
+_NAME_RE = re.compile(r"^gradwire_fs_[0-9a-f]+_[0-9a-f]+$")
+
+
+def set_route(route: Route | None) -> None:
+    """Install the function that maps a destination name to its pool (None: always stream)."""
+    global _route
+    _route = route
+
+
+def offer(peer: str, arr: np.ndarray) -> pb.SharedMemoryRef | None:
+    """Put ``arr`` in shared memory for ``peer`` if the route says so and it is large enough.
+
+    Args:
+        peer: destination worker name.
+        arr: the host array to send (any strides; it is copied).
+
+    Returns:
+        The reference for ``TensorMeta.shm``, or None to stream the bytes.
+
+    Raises:
+        OSError: creating a segment failed (out of shared memory).
+    """
+    route = _route
+    if route is None or not peer:
+        return None
+    pool = route(peer)
+    if pool is None or arr.nbytes < pool.threshold:
+        return None
+    ref = pool.put(arr)
+    with _lock:
+        if ref is None:
+            _counts["fallback"] += 1
+            return None
+        _pools[ref.seg_id] = pool
+        _counts["sent"] += 1
+        _counts["sent_bytes"] += arr.nbytes
+    return ref
+
+
+def cancel(metas: Iterable[pb.TensorMeta]) -> None:
+    """Give back the segments of a message that will not be sent (its encoding failed)."""
+    for meta in metas:
+        if meta.HasField("shm"):
+            with _lock:
+                pool = _pools.get(meta.shm.seg_id)
+            if pool is not None:
+                pool.cancel(meta.shm.seg_id, meta.shm.ticket)
+
+
+def receive(meta: pb.TensorMeta) -> np.ndarray:
+    """Map the segment ``meta.shm`` names and return the tensor's array (see the module doc).
+
+    Args:
+        meta: a TensorMeta whose dtype, shape and nbytes were already checked.
+
+    Returns:
+        A writable ndarray this process owns: a view of the segment, or a copy when the segment
+        is this process' own.
+
+    Raises:
+        SerializationError: the reference is malformed, the segment is gone (its sender died),
+            or it no longer holds this transfer.
+    """
+    from ..multiprocessing import _posix, _segment
+    from ..multiprocessing._shm_manager import SHM_DIR
+
+    ref = meta.shm
+    dtype, shape = np.dtype(meta.dtype), tuple(meta.shape)
+    if (
+        not _NAME_RE.match(ref.name)
+        or ref.offset < 8
+        or ref.offset % max(1, dtype.alignment)
+        or ref.offset + meta.nbytes > ref.size
+    ):
+        raise SerializationError(f"malformed shared-memory reference {ref.name!r}")
+    local = next((s for s in _segment.live_segments() if s.seg_id == ref.seg_id), None)
+    if local is not None:  # our own segment: copy, then release the ticket
+        word = local.ndarray(np.int64, (1,))
+        _check_ticket(word, ref)
+        out = np.array(local.ndarray(dtype, shape, offset=ref.offset))
+        word[0] = 0
+        _count("received_local", meta.nbytes)
+        return out
+    try:
+        if os.stat(os.path.join(SHM_DIR, ref.name)).st_size < _posix.HEADER + ref.size:
+            raise SerializationError(f"shared-memory segment {ref.name} is smaller than announced")
+        _posix.adjust_count(ref.name, +1)  # our own reference; attach() takes it over
+        seg = _segment.NamedHandle(ref.seg_id, ref.name, ref.size).attach()
+    except FileNotFoundError as exc:
+        raise SerializationError(
+            f"shared-memory segment {ref.name} is gone: its sender exited or gave up on the "
+            "transfer before it was received"
+        ) from exc
+    word = seg.ndarray(np.int64, (1,))
+    _check_ticket(word, ref)
+    arr = seg.ndarray(dtype, shape, offset=ref.offset)
+    word[0] = 0  # the handoff is done: from now on our mapping keeps the sender off it
+    _count("received", meta.nbytes)
+    return arr
+
+
+def _check_ticket(word: np.ndarray, ref: pb.SharedMemoryRef) -> None:
+    if int(word[0]) != ref.ticket:
+        raise SerializationError(
+            f"shared-memory segment {ref.name} no longer holds this transfer (its sender gave "
+            "up on it)"
+        )
+
+
+def _count(what: str, nbytes: int) -> None:
+    with _lock:
+        _counts[what] += 1
+        _counts[what + "_bytes"] += nbytes
+
+
+def stats() -> dict[str, int]:
+    """This process' counters: tensors (and bytes) sent, received, received from itself
+    (``received_local``), and ``fallback`` (pool full, streamed instead)."""
+    with _lock:
+        return dict(_counts)
+
+
+def reset_stats() -> None:
+    """Zero the counters (tests)."""
+    with _lock:
+        _counts.clear()
+
+
+def forget(pool: SegmentPool) -> None:
+    """Drop ``pool`` from the cancel table (it was closed)."""
+    with _lock:
+        for seg_id in [k for k, p in _pools.items() if p is pool]:
+            del _pools[seg_id]
+
+
+__all__ += ["forget", "DATA_OFFSET"]
