@@ -11,8 +11,10 @@
 #   Everything made here is removed on exit, also on failure or Ctrl-C.
 #
 # usage: sudo deploy/netns/cluster.sh [--workers N] [--job TARGET] [--no-cut]
-#                                     [--rpc-timeout S] [--python PATH]
-#   TARGET: what `gradwire run` runs (default deploy/jobs/ping_all.py; later gradwire.demo:main)
+#                                     [--names N0,N1,...] [--rpc-timeout S] [--python PATH]
+#   TARGET: what `gradwire run` runs (default deploy/jobs/ping_all.py)
+#   --names: worker names by rank, the driver's first (default driver,w1,...,wN); the demo:
+#            --workers 2 --names trainer0,ps,trainer1 --job gradwire.demo:job
 # exit: 0 all checks passed, 1 a check failed, 77 namespaces cannot be made here (not root, ...)
 set -euo pipefail
 
@@ -23,17 +25,27 @@ job="$repo/deploy/jobs/ping_all.py"
 cut=1
 rpc_timeout=3
 python="${GRADWIRE_PYTHON:-$(command -v python3)}"
+names_arg=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workers) workers="$2"; shift 2 ;;
     --job) job="$2"; shift 2 ;;
     --no-cut) cut=0; shift ;;
     --rpc-timeout) rpc_timeout="$2"; shift 2 ;;
+    --names) names_arg="$2"; shift 2 ;;
     --python) python="$2"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+
+if [ -n "$names_arg" ]; then
+  IFS=, read -r -a names <<<"$names_arg"
+  [ "${#names[@]}" -eq $((workers + 1)) ] || { echo "--names needs $((workers + 1)) names" >&2; exit 2; }
+else
+  names=(driver)
+  for i in $(seq 1 "$workers"); do names+=("w$i"); done
+fi
 
 id="$(printf '%04x' $(($$ % 65536)))"
 prefix="gw${id}"
@@ -114,51 +126,50 @@ in_ns() {  # in_ns RANK NAME COMMAND...
 start_workers() {  # start_workers PHASE
   worker_pids=()
   for i in $(seq 1 "$workers"); do
-    in_ns "$i" "w$i" "$python" -m gradwire.server >"$work/$1-w$i.log" 2>&1 &
+    in_ns "$i" "${names[$i]}" "$python" -m gradwire.server >"$work/$1-${names[$i]}.log" 2>&1 &
     pids+=($!)
     worker_pids+=($!)
   done
   for i in $(seq 1 "$workers"); do
     local deadline=$((SECONDS + 30))
-    until in_ns "$i" "w$i" "$python" -m gradwire.cli health --live --timeout 2 \
+    until in_ns "$i" "${names[$i]}" "$python" -m gradwire.cli health --live --timeout 2 \
       "$(addr "$i"):$port" >/dev/null 2>&1; do
-      [ $SECONDS -lt $deadline ] || fail "worker w$i never answered its health check"
+      [ $SECONDS -lt $deadline ] || fail "worker ${names[$i]} never answered its health check"
       sleep 0.3
     done
   done
-  say "$1: workers w1..w$workers are up (gradwire health --live answered in every namespace)"
+  say "$1: workers ${names[*]:1} are up (gradwire health --live answered in every namespace)"
 }
 
-wait_pid() {  # wait_pid PID SECONDS: its exit code, or fail when it outlives the deadline
+wait_pid() {  # wait_pid PID SECONDS: sets waited_rc, or fails when PID outlives the deadline
   local deadline=$((SECONDS + $2))
   while kill -0 "$1" 2>/dev/null; do
     [ $SECONDS -lt $deadline ] || fail "process $1 still running after $2 s"
     sleep 0.2
   done
-  local rc=0
-  wait "$1" || rc=$?
-  echo "$rc"
+  waited_rc=0
+  wait "$1" || waited_rc=$?
 }
 
 # -- 1. the job -------------------------------------------------------------------------------------
 start_workers job
 say "job: gradwire run $job (driver in ${prefix}-0)"
 rc=0
-in_ns 0 driver "$python" -m gradwire.cli run "$job" >"$work/job-driver.log" 2>&1 || rc=$?
+in_ns 0 "${names[0]}" "$python" -m gradwire.cli run "$job" >"$work/job-driver.log" 2>&1 || rc=$?
 grep -v ' INFO ' "$work/job-driver.log" | sed 's/^/    /' || true
 [ "$rc" -eq 0 ] || fail "the job exited with $rc"
 for i in $(seq 1 "$workers"); do
-  wrc="$(wait_pid "${worker_pids[$((i - 1))]}" 30)"
-  [ "$wrc" -eq 0 ] || fail "worker w$i exited with $wrc after the job"
+  wait_pid "${worker_pids[$((i - 1))]}" 30
+  [ "$waited_rc" -eq 0 ] || fail "worker ${names[$i]} exited with $waited_rc after the job"
 done
 say "job: PASS (driver and every worker exited 0)"
 
 [ "$cut" -eq 1 ] || { say "PASS"; exit 0; }
 
 # -- 2. cut a link ------------------------------------------------------------------------------------
-victim="w$workers"
+victim="${names[$workers]}"
 start_workers cut
-in_ns 0 driver "$python" -m gradwire.cli run "$repo/deploy/jobs/ping_all.py" --until-failure \
+in_ns 0 "${names[0]}" "$python" -m gradwire.cli run "$repo/deploy/jobs/ping_all.py" --until-failure \
   --max-seconds 60 >"$work/cut-driver.log" 2>&1 &
 driver_pid=$!
 pids+=("$driver_pid")
@@ -168,12 +179,13 @@ until grep -q 'round 3 ok' "$work/cut-driver.log"; do
   [ $SECONDS -lt $deadline ] || fail "the ping job never completed 3 rounds"
   sleep 0.2
 done
-in_ns 0 driver "$python" -m gradwire.cli inspect --all --timeout 3 "$(addr 0):$port" \
+in_ns 0 "${names[0]}" "$python" -m gradwire.cli inspect --all --timeout 3 "$(addr 0):$port" \
   | sed 's/^/    /' || true
 ip -n "${prefix}-$workers" link set eth0 down
 cut_at="$(date +%s.%N)"
 say "cut: link of $victim ($(addr "$workers")) is down"
-rc="$(wait_pid "$driver_pid" $((rpc_timeout * 4 + 30)))"
+wait_pid "$driver_pid" $((rpc_timeout * 4 + 30))
+rc=$waited_rc
 line="$(grep -m1 'ping_all: FAILED' "$work/cut-driver.log" || true)"
 [ -n "$line" ] || fail "the driver did not report a failure (exit $rc)"
 echo "    $line"

@@ -99,6 +99,16 @@ def _level(text: str) -> str:
 
 JOIN_SETTINGS: tuple[Setting, ...] = (
     Setting("name", "--name", "GRADWIRE_NAME", "unique worker name", _name),
+    Setting(
+        "names",
+        "--names",
+        "GRADWIRE_NAMES",
+        "every worker's name in rank order (comma-separated); without --name, this rank's "
+        "entry is the name (for pods whose rank is their only identity)",
+        _name,
+        kind="list",
+        metavar="NAME",
+    ),
     Setting("rank", "--rank", "GRADWIRE_RANK", "worker id in [0, world size)", _non_negative_int),
     Setting(
         "world_size", "--world-size", "GRADWIRE_WORLD_SIZE", "number of workers", _positive_int
@@ -361,7 +371,6 @@ def worker_config(
     """
     env = os.environ if environ is None else environ
     values = resolve_settings(args, WORKER_SETTINGS if serve else JOIN_SETTINGS, env)
-    name = _required(values, "name", "--name", "GRADWIRE_NAME")
     rank = _required(values, "rank", "--rank", "GRADWIRE_RANK")
     world_size = _required(values, "world_size", "--world-size", "GRADWIRE_WORLD_SIZE")
     if rank >= world_size:
@@ -369,6 +378,14 @@ def worker_config(
             f"rank {rank} ({values['rank'][1]}) is out of range for world size {world_size} "
             f"({values['world_size'][1]}): ranks are 0..{world_size - 1}"
         )
+    names, names_src = values["names"]
+    if names and len(names) != world_size:
+        raise ConfigError(
+            f"{names_src} lists {len(names)} names but the world size is {world_size}"
+        )
+    if values["name"][0] is None and names:
+        values["name"] = (names[rank], names_src)
+    name = _required(values, "name", "--name", "GRADWIRE_NAME")
     init_method = _init_method(values, rank, world_size)
     tls = resolve_tls(values)
     token = resolve_token(values)

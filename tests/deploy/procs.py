@@ -12,9 +12,11 @@ from pathlib import Path
 
 from gradwire.distributed.rpc._testing import free_port
 
-__all__ = ["ROOT", "PY", "Proc", "start", "worker_env", "free_port", "wait_until"]
+__all__ = ["TOKEN", "ROOT", "PY", "Proc", "start", "worker_env", "free_port", "wait_until"]
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Cluster token of the ``cluster`` fixture (conftest.py).
+TOKEN = "inspect-test-token"
 PY = sys.executable
 
 

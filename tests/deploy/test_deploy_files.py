@@ -112,8 +112,13 @@ def test_compose_driver_runs_the_demo_and_the_others_leave_with_it(
 ) -> None:
     services = compose["services"]
     driver = services["trainer0"]
-    args = parses([*driver["entrypoint"], *driver["command"]])
-    assert args.command == "run" and args.target == "gradwire.demo:main"
+    (command,) = driver["command"]
+    var, default = re.fullmatch(r"\$\{(\w+):-(.+)\}", command).groups()  # type: ignore[union-attr]
+    assert var == "GRADWIRE_JOB"  # selectable, like the netns script's --job
+    args = parses([*driver["entrypoint"], default])
+    assert args.command == "run" and args.target == "gradwire.demo:job"
+    # the demo's cluster job needs a "ps" and trainers named trainer0, trainer1, ...
+    assert {"ps", "trainer0", "trainer1"} <= set(services)
     for name, s in services.items():
         if name != "trainer0":
             assert "entrypoint" not in s and "command" not in s  # the image's gradwire-worker
@@ -194,8 +199,13 @@ def test_k8s_statefulset_behind_a_headless_service(k8s: dict[str, dict[str, Any]
     (c,) = sts["spec"]["template"]["spec"]["containers"]
     env = container_env(c)
     check_env(env, "statefulset")
-    assert env["GRADWIRE_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert "GRADWIRE_NAME" not in env  # from GRADWIRE_NAMES by rank
+    names = env["GRADWIRE_NAMES"].split(",")
+    assert len(names) == int(env["GRADWIRE_WORLD_SIZE"]) == len(set(names))
+    assert names[0] == "ps" and "trainer0" in names and "trainer1" in names  # the demo's roles
     assert "pod-index" in env["GRADWIRE_RANK"]["fieldRef"]["fieldPath"]
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["GRADWIRE_ADVERTISE"] == f"$(POD_NAME).{svc['metadata']['name']}:29500"
     # rank 0 is pod gradwire-0, reached through the headless Service's stable name
     assert env["GRADWIRE_MASTER_ADDR"] == f"{sts['metadata']['name']}-0.{svc['metadata']['name']}"
     port = int(env["GRADWIRE_LISTEN"].rpartition(":")[2])
@@ -230,11 +240,13 @@ def test_k8s_driver_job_joins_as_the_last_rank(k8s: dict[str, dict[str, Any]]) -
     sts, job = k8s["StatefulSet/gradwire"], k8s["Job/gradwire-driver"]
     (c,) = job["spec"]["template"]["spec"]["containers"]
     args = parses([*c["command"], *c["args"]])
-    assert args.command == "run" and args.target == "gradwire.demo:main"
+    assert args.command == "run" and args.target == "gradwire.demo:job"
     env = container_env(c)
     check_env(env, "driver job")
     assert int(env["GRADWIRE_RANK"]) == sts["spec"]["replicas"]
     (w,) = sts["spec"]["template"]["spec"]["containers"]
+    names = container_env(w)["GRADWIRE_NAMES"].split(",")
+    assert names[int(env["GRADWIRE_RANK"])] == env["GRADWIRE_NAME"]
     assert env["GRADWIRE_MASTER_ADDR"] == container_env(w)["GRADWIRE_MASTER_ADDR"]
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/component"] != "worker"  # not one of the Service's pods

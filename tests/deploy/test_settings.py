@@ -120,3 +120,13 @@ def test_policy_and_timeouts_reach_the_backend_options() -> None:
     assert cfg(["--unix-socket", "0"], env).backend_options().use_unix_socket is False
     with pytest.raises(ConfigError, match=r"\$GRADWIRE_UNIX_SOCKET='sometimes'"):
         cfg([], {**env, "GRADWIRE_UNIX_SOCKET": "sometimes"})
+
+
+def test_names_by_rank() -> None:
+    env = {"GRADWIRE_RANK": "1", "GRADWIRE_WORLD_SIZE": "3", "GRADWIRE_MASTER_ADDR": "h"}
+    assert cfg([], {**env, "GRADWIRE_NAMES": "ps,trainer1,worker3"}).name == "trainer1"
+    assert cfg(["--name", "x"], {**env, "GRADWIRE_NAMES": "ps,trainer1,worker3"}).name == "x"
+    with pytest.raises(ConfigError, match="lists 2 names but the world size is 3"):
+        cfg([], {**env, "GRADWIRE_NAMES": "ps,trainer1"})
+    with pytest.raises(ConfigError, match=r"GRADWIRE_NAMES='bad name'"):
+        cfg([], {**env, "GRADWIRE_NAMES": "ps,bad name,w"})
