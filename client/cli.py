@@ -13,6 +13,7 @@ The worker itself is the separate command ``gradwire-worker`` (``python -m gradw
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -22,7 +23,7 @@ __all__ = ["main", "build_parser"]
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        from gradwire import demo  # type: ignore[attr-defined]
+        demo = importlib.import_module("gradwire.demo")
     except ImportError as exc:
         if exc.name not in ("gradwire.demo", "demo"):
             raise

@@ -307,8 +307,8 @@ def render_rrefs(views: Mapping[str, Mapping[str, str]], rref_id: str | None = N
         for fid in forks:
             if (rid, fid) not in users:
                 node = f"?/user/{rid}/{fid}"
-                g.node("(not inspected)", node, label=f"fork {fid}", style="dashed")
-                g.missing.add("(not inspected)")
+                g.node("unknown holder", node, label=f"fork {fid}", style="dashed")
+                g.missing.add("unknown holder")
                 g.edge(owners[rid][1], node, style="dashed", label="counted by owner")
     for rid, fid, parent, child in pending:
         if (rid, fid) in drawn:

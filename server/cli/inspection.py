@@ -174,7 +174,7 @@ def _inspect(args: argparse.Namespace, target: Target, out: TextIO, prog: str) -
             if args.json:
 
                 def emit(e: pb.ControlEvent) -> None:
-                    from google.protobuf.json_format import MessageToDict
+                    from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped,unused-ignore]
 
                     print(json.dumps(MessageToDict(e, preserving_proto_field_name=True)), file=out)
                     out.flush()

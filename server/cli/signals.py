@@ -11,7 +11,10 @@ from types import FrameType
 __all__ = ["Interrupted", "StopSignals", "EXIT_SIGNALLED"]
 
 #: Exit status of a process stopped by a signal it could not handle gracefully (128 + number).
-EXIT_SIGNALLED = {signal.SIGTERM: 128 + signal.SIGTERM, signal.SIGINT: 128 + signal.SIGINT}
+EXIT_SIGNALLED: dict[int, int] = {
+    int(signal.SIGTERM): 128 + int(signal.SIGTERM),
+    int(signal.SIGINT): 128 + int(signal.SIGINT),
+}
 
 
 class Interrupted(BaseException):

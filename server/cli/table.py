@@ -117,7 +117,7 @@ def render_event(event: pb.ControlEvent) -> str:
 
 def debug_info_dict(info: pb.DebugInfo) -> dict[str, Any]:
     """DebugInfo as plain JSON-able data (``inspect --json``); JSON extras decoded."""
-    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped,unused-ignore]
 
     out = MessageToDict(
         info, preserving_proto_field_name=True, always_print_fields_with_no_presence=True

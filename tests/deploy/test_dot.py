@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from gradwire.server.cli.dot import DotInputError, render_autograd, render_rrefs
@@ -210,3 +213,20 @@ def test_labels_are_escaped() -> None:
     g = {"contexts": [{"context_id": 1, "nodes": [{"id": 'q"1', "name": 'A"B\\C'}], "edges": []}]}
     dot = render_autograd({'we"ird': extra(g)})
     assert '"we\\"ird/1/q\\"1"' in dot and 'label="A\\"B\\\\C"' in dot
+
+
+def test_graphviz_accepts_the_pictures(tmp_path: Path) -> None:
+    dot = shutil.which("dot")
+    if dot is None:
+        pytest.skip("Graphviz (dot) is not installed")
+    views = {
+        "trainer": extra(TRAINER),
+        "ps": extra(PS, PS_RREFS),
+        "trainer0": extra(rrefs=T0_RREFS),
+        "trainer1": extra(rrefs=T1_RREFS),
+    }
+    for name, text in (("ag", render_autograd(views)), ("rr", render_rrefs(views))):
+        src = tmp_path / f"{name}.dot"
+        src.write_text(text)
+        p = subprocess.run([dot, "-Tsvg", str(src)], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0 and "<svg" in p.stdout, p.stderr
