@@ -110,10 +110,13 @@ for i in $(seq 0 "$workers"); do
 done
 say "bridge in $br; namespaces ${prefix}-0..$workers on ${subnet}.0/24 (driver $(addr 0))"
 
+# No Unix socket and a host id per namespace: same-host shortcuts (Unix socket, shared memory)
+# would bypass the network under test.
 gw_env() {  # gw_env RANK NAME: the environment of one process
   echo "GRADWIRE_NAME=$2 GRADWIRE_RANK=$1 GRADWIRE_WORLD_SIZE=$((workers + 1))" \
     "GRADWIRE_MASTER_ADDR=$(addr 0) GRADWIRE_MASTER_PORT=$port" \
     "GRADWIRE_LISTEN=$(addr "$1"):$port GRADWIRE_TOKEN=$token GRADWIRE_UNIX_SOCKET=0" \
+    "GRADWIRE_HOST_ID=${prefix}-$1" \
     "GRADWIRE_RPC_TIMEOUT=$rpc_timeout GRADWIRE_INIT_TIMEOUT=60 GRADWIRE_SHUTDOWN_TIMEOUT=5" \
     "GRADWIRE_LOG_LEVEL=INFO PYTHONUNBUFFERED=1"
 }
