@@ -79,4 +79,4 @@ def get_gradients(context_id: int) -> dict[Tensor, Tensor]:
         ContextError: the context is unknown here (or released).
     """
     svc = _service("dist_autograd.get_gradients()")
-    return svc.container.get(context_id).gradients()  # type: ignore[no-any-return]
+    return svc.container.get(context_id).gradients()

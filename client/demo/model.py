@@ -1,0 +1,37 @@
+"""The demo model: hidden layers on the parameter server, an output head on each trainer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import nn
+from .._tensor import Tensor
+from ..distributed import rpc
+
+__all__ = ["HiddenLayers", "forward_hidden", "hidden_parameter_rrefs"]
+
+
+class HiddenLayers(nn.Module):
+    """Linear(2, h) -> Tanh -> Linear(h, h) -> Tanh, created on the parameter server."""
+
+    def __init__(self, hidden: int = 32, seed: int = 0) -> None:
+        super().__init__()
+        from .. import manual_seed
+
+        manual_seed(seed)
+        self.net = nn.Sequential(
+            nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+def forward_hidden(module_rref: Any, x: Tensor) -> Tensor:
+    """Runs on the parameter server: the hidden layers' forward pass."""
+    return module_rref.local_value()(x)
+
+
+def hidden_parameter_rrefs(module_rref: Any) -> list[Any]:
+    """Runs on the parameter server: RRefs of the hidden layers' parameters."""
+    return [rpc.RRef(p) for p in module_rref.local_value().parameters()]
