@@ -45,34 +45,24 @@ def _mlp_weights() -> list[np.ndarray]:
     return [(rng.standard_normal(s) * 0.05).astype(np.float32) for s in shapes]
 
 
+def _mlp(lib: Any) -> Callable[[], None]:
+    """One forward+backward step of the MLP, for gradwire or torch (same API)."""
+    ws = [lib.tensor(w, requires_grad=True) for w in _mlp_weights()]
+    x = lib.randn(BATCH, WIDTH)
+
+    def step() -> None:
+        h = (x @ ws[0].t() + ws[1]).relu()
+        h = (h @ ws[2].t() + ws[3]).relu()
+        loss = (h @ ws[4].t() + ws[5]).sum()
+        loss.backward()
+        for w in ws:
+            w.grad = None
+
+    return step
+
+
 def gradwire_mlp() -> Callable[[], None]:
-    ws = [gw.tensor(w, requires_grad=True) for w in _mlp_weights()]
-    x = gw.randn(BATCH, WIDTH)
-
-    def step() -> None:
-        h = (x @ ws[0].t() + ws[1]).relu()
-        h = (h @ ws[2].t() + ws[3]).relu()
-        loss = (h @ ws[4].t() + ws[5]).sum()
-        loss.backward()
-        for w in ws:
-            w.grad = None
-
-    return step
-
-
-def torch_mlp() -> Callable[[], None]:
-    ws = [torch.tensor(w, requires_grad=True) for w in _mlp_weights()]
-    x = torch.randn(BATCH, WIDTH)
-
-    def step() -> None:
-        h = (x @ ws[0].t() + ws[1]).relu()
-        h = (h @ ws[2].t() + ws[3]).relu()
-        loss = (h @ ws[4].t() + ws[5]).sum()
-        loss.backward()
-        for w in ws:
-            w.grad = None
-
-    return step
+    return _mlp(gw)
 
 
 def _chain(lib: Any) -> Callable[[], None]:
@@ -96,7 +86,7 @@ def main() -> None:
     if torch is not None:
         torch.set_num_threads(2)
     rows = [
-        ("mlp fwd+bwd (256x512, 3 layers)", gradwire_mlp, torch_mlp if torch else None),
+        ("mlp fwd+bwd (256x512, 3 layers)", gradwire_mlp, (lambda: _mlp(torch)) if torch else None),
         (
             f"chain of {CHAIN} ops fwd+bwd",
             lambda: _chain(gw),

@@ -8,30 +8,13 @@ The data set is made here (no download): three interleaved spirals in 2-D with a
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 import gradwire as gw
 import numpy as np
 from gradwire import nn
+from gradwire.demo.data import make_spirals
 from gradwire.nn import functional as F
-
-
-def make_spirals(
-    n_per_class: int, classes: int = 3, noise: float = 0.2, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    xs, ys = [], []
-    for c in range(classes):
-        r = np.linspace(0.1, 1.0, n_per_class)
-        theta = np.linspace(c * 2 * math.pi / classes, c * 2 * math.pi / classes + 5.0, n_per_class)
-        theta = theta + rng.normal(0, noise, n_per_class)
-        xs.append(np.stack([r * np.sin(theta), r * np.cos(theta)], axis=1))
-        ys.append(np.full(n_per_class, c))
-    x = np.concatenate(xs).astype(np.float32)
-    y = np.concatenate(ys).astype(np.int64)
-    perm = rng.permutation(len(x))
-    return x[perm], y[perm]
 
 
 def build_model(hidden: int = 64) -> nn.Module:
