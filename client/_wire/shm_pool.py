@@ -46,7 +46,7 @@ def capacity_for(nbytes: int) -> int:
     """Data capacity of a new segment for ``nbytes``: rounded up to 1/8 of its power of two.
 
     Example:
-        >>> capacity_for(100 << 20) == 112 << 20
+        >>> capacity_for(100 << 20) == 104 << 20
         True
     """
     step = max(_MIN_STEP, (1 << max(0, nbytes.bit_length() - 1)) // 8)
@@ -112,7 +112,6 @@ class SegmentPool:
         except BaseException:
             self.cancel(entry.seg.seg_id, ticket)
             raise
-        entry.sent_at = time.monotonic()
         return pb.SharedMemoryRef(
             name=entry.seg.name,
             offset=DATA_OFFSET,
@@ -177,7 +176,7 @@ class SegmentPool:
                     return None
             # Set before the copy, under the lock: no other sender can take it from here on.
             best.ticket_word[0] = ticket
-            best.last_used = now
+            best.sent_at = best.last_used = now
             return best
 
     def _create_locked(self, nbytes: int) -> _Entry | None:
