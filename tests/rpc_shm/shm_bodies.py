@@ -193,3 +193,21 @@ def kill_mid_transfer(rank: int, world_size: int, victim: int) -> Any:
         done += len(futs)
         seen = max(seen, len(glob.glob(pattern)))
     return {"done": done, "error": None, "seen": seen}
+
+
+def to_here_by_value(rank: int, world_size: int) -> Any:
+    """remote() + to_here() of a value the owner keeps: fetched through shared memory, by value."""
+    if rank != 0:
+        return None
+    n = 4 * MiB
+    before = stats().get("received", 0)
+    rref = rpc.remote(1, make_source, (n, 3.0))
+    v = rref.to_here()
+    rpc.rpc_sync(1, write_kept, ("source", 9.0))  # the owner writes its value after the fetch
+    checks = {"user_does_not_see_owner_write": bool(np.all(v == 3.0))}
+    v[:] = 11.0
+    checks["owner_does_not_see_user_write"] = rpc.rpc_sync(1, kept_equals, ("source", 9.0))
+    checks["second_fetch_sees_owner_value"] = bool(np.all(rref.to_here() == 9.0))
+    checks["fetched_through_shm"] = stats().get("received", 0) - before >= 2
+    del rref
+    return checks

@@ -112,3 +112,13 @@ def test_kill_9_mid_transfer_leaves_nothing(manager_env: dict[str, str], victim:
     assert survivor.value["done"] > 0
     assert survivor.value["seen"] >= 2  # segments of this manager existed while transfers ran
     assert _leftovers(manager_env[ENV_VAR]) == []
+
+
+def test_to_here_takes_the_same_path_by_value() -> None:
+    from gradwire.distributed import rpc
+
+    if not hasattr(rpc, "remote"):
+        pytest.skip("gradwire.distributed.rpc.remote is not available yet")
+    results = run_cluster(2, bodies.to_here_by_value)
+    checks = results[0].value
+    assert checks == dict.fromkeys(checks, True) and len(checks) == 4
