@@ -76,13 +76,23 @@ class SegmentPool:
         threshold: tensors smaller than this many bytes are not offered (they stream).
         max_bytes: data capacity the pool may hold; beyond it a tensor streams instead.
         stale_seconds: a segment whose ticket is still set after this long is retired.
+        idle_seconds: a free segment unused for this long is retired at the next send, so a
+            burst of large tensors does not pin its memory for the life of the worker.
     """
 
-    def __init__(self, peer: str, threshold: int, max_bytes: int, stale_seconds: float) -> None:
+    def __init__(
+        self,
+        peer: str,
+        threshold: int,
+        max_bytes: int,
+        stale_seconds: float,
+        idle_seconds: float = 60.0,
+    ) -> None:
         self.peer = peer
         self.threshold = threshold
         self.max_bytes = max_bytes
         self.stale_seconds = stale_seconds
+        self.idle_seconds = idle_seconds
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._bytes = 0
@@ -164,8 +174,13 @@ class SegmentPool:
                         )
                         self._retire(seg_id)
                     continue
+                if not entry.free():
+                    continue
+                if now - entry.last_used > self.idle_seconds:
+                    self._retire(seg_id)
+                    continue
                 fits = nbytes <= entry.capacity <= 2 * nbytes + _MIN_STEP
-                if fits and (best is None or entry.capacity < best.capacity) and entry.free():
+                if fits and (best is None or entry.capacity < best.capacity):
                     best = entry
             if best is not None:
                 self.reused += 1

@@ -197,3 +197,17 @@ def test_options_validate_shm_fields() -> None:
         rpc.GrpcRpcBackendOptions(shm_pool_bytes=-1)
     opts = rpc.GrpcRpcBackendOptions()
     assert opts.shm_transfer is True and opts.shm_threshold_bytes == MiB
+
+
+def test_idle_free_segments_are_retired_at_the_next_send(pool: SegmentPool) -> None:
+    pool.idle_seconds = 0.05
+    first = pool.put(np.ones(MiB // 8))
+    assert first is not None
+    word = next(iter(pool._entries.values())).ticket_word
+    word[0] = 0  # as a receiver that took it and let go
+    del word  # (a view keeps the segment mapped)
+    time.sleep(0.1)
+    second = pool.put(np.ones(4 * MiB // 8))
+    assert second is not None and second.seg_id != first.seg_id
+    assert pool.stats()["segments"] == 1 and pool.stats()["retired"] == 1
+    assert not os.path.exists(os.path.join(SHM_DIR, first.name))
