@@ -24,6 +24,11 @@ The tree::
         ├── WorkerUnavailableError        the peer is unreachable, died mid-call or shut down
         │                                 (also ConnectionError)
         ├── RpcShutdownError              the local agent shut down while the call was pending
+        ├── RRefError                     an RRef used the wrong way: local_value() on a user,
+        │   │                             pickled outside an RPC, used after shutdown
+        │   │                             (also RuntimeError)
+        │   └── RRefLeakError             shutdown found OwnerRRefs still referenced and the
+        │                                 leak check was asked to fail (rref_leak_check="error")
         └── RemoteError                   user code raised on the callee. When the remote type can
                                           be rebuilt on the caller, the error raised is a subclass
                                           of both that type and RemoteError, so
@@ -56,6 +61,8 @@ __all__ = [
     "RpcTimeoutError",
     "WorkerUnavailableError",
     "RpcShutdownError",
+    "RRefError",
+    "RRefLeakError",
     "RemoteError",
     "remote_error_type",
 ]
@@ -132,6 +139,25 @@ class WorkerUnavailableError(RpcError, ConnectionError):
 
 class RpcShutdownError(RpcError):
     """Raised on calls still pending when the local agent shuts down without waiting."""
+
+
+class RRefError(RpcError, RuntimeError):
+    """Raised when an RRef is used in a way the RRef protocol does not allow."""
+
+
+class RRefLeakError(RRefError):
+    """Raised by ``shutdown`` when OwnerRRefs are still referenced and the leak check is strict.
+
+    Attributes:
+        leaks: one line per OwnerRRef still held (RRefId, state, known forks, local references).
+    """
+
+    def __init__(self, message: str, leaks: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.leaks = leaks
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.leaks))
 
 
 class RemoteError(RpcError):

@@ -173,12 +173,16 @@ class FrameHeader(_message.Message):
     def __init__(self, call: _Optional[_Union[CallHeader, _Mapping]] = ..., reply: _Optional[_Union[ReplyHeader, _Mapping]] = ..., fetch: _Optional[_Union[FetchHeader, _Mapping]] = ..., gradients: _Optional[_Union[GradientsHeader, _Mapping]] = ..., payload: _Optional[_Union[Payload, _Mapping]] = ..., offset: _Optional[int] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class RemoteAck(_message.Message):
-    __slots__ = ("rref_id", "fork_id")
+    __slots__ = ("rref_id", "fork_id", "autograd", "error")
     RREF_ID_FIELD_NUMBER: _ClassVar[int]
     FORK_ID_FIELD_NUMBER: _ClassVar[int]
+    AUTOGRAD_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     rref_id: GloballyUniqueId
     fork_id: GloballyUniqueId
-    def __init__(self, rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ...) -> None: ...
+    autograd: AutogradMeta
+    error: RemoteException
+    def __init__(self, rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ...) -> None: ...
 
 class FetchHeader(_message.Message):
     __slots__ = ("rref_id", "error", "autograd")

@@ -140,8 +140,8 @@ class WorkerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RemoteCall(self, request_iterator, context):
-        """remote(): run the call and store its result in a new OwnerRRef; acks once the OwnerRRef
-        exists (the value may still be computing).
+        """remote(): run the call and store its result in a new OwnerRRef; acks once the value (or the
+        creation error) is set. Idempotent on the RRefId: a retry never runs the function again.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

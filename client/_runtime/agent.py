@@ -4,7 +4,8 @@ Outgoing calls live in :mod:`caller`, incoming ones in :mod:`callee`; the gRPC s
 ``gradwire.server``) calls the agent's handlers. ``gradwire.distributed.rpc.init_rpc`` builds an
 Agent, starts a server for it and calls :meth:`Agent.join`.
 
-Extension points for the RRef protocol (issue 4) and dist autograd (issue 5):
+The RRef protocol runs in ``rref_service`` / ``rref_calls`` (``self.rref``) and dist autograd in
+``autograd_service`` (``self.autograd``), both through these extension points:
 ``register_control_handler`` (serve ForkRequest, ChildAck, RRefDelete, ReleaseContext,
 RemoteCall, FetchRRef, PropagateGradients), ``caller.send_control`` (typed control messages with
 retry), ``emit_control_event`` (the WatchControl stream), ``gradwire._wire.pickler
@@ -154,6 +155,9 @@ class Agent:
         from .autograd_service import DistAutogradService  # registers its control handlers
 
         self.autograd = DistAutogradService(self)
+        from .rref_service import RRefService  # registers the RRef control handlers
+
+        self.rref = RRefService(self)
         if rank == 0:
             # Set up before the server starts, so that the first Join finds them.
             if self.token is None:
@@ -365,15 +369,14 @@ class Agent:
                         self.name,
                         timeout,
                     )
-                reply = self.barrier("shutdown", max(0.001, deadline - time.monotonic()))
-                if not reply.ok:
-                    raise RpcTimeoutError(
-                        f"shutdown barrier timed out after {timeout} s; workers that never "
-                        f"arrived: {', '.join(reply.missing)}",
-                        self.name,
-                        timeout,
-                    )
+                self._meet("shutdown", deadline, timeout)
+                # Every user call is answered now, so no new fork can arrive: settle the RRef
+                # confirmations, send the deletes of every UserRRef and have them answered;
+                # once every worker did (a second barrier), owners hold only what leaked.
+                self.rref.drain(deadline)
+                self._meet("rref-drain", deadline, timeout)
                 self.callee.wait_idle(deadline - time.monotonic())
+                problem = self.rref.check_leaks()
             except (RpcTimeoutError, WorkerUnavailableError) as exc:
                 problem = exc
             except Exception as exc:  # stop anyway, report
@@ -382,8 +385,19 @@ class Agent:
         if problem is not None:
             raise problem
 
+    def _meet(self, name: str, deadline: float, timeout: float) -> None:
+        reply = self.barrier(name, max(0.001, deadline - time.monotonic()))
+        if not reply.ok:
+            raise RpcTimeoutError(
+                f"{name} barrier timed out after {timeout} s; workers that never "
+                f"arrived: {', '.join(reply.missing)}",
+                self.name,
+                timeout,
+            )
+
     def _stop(self, grace: float) -> None:
         self.autograd.close()
+        self.rref.close()
         self.caller.fail_all(f"RPC agent of {self.name!r} shut down while the call was pending")
         if self._stop_server is not None:
             try:
@@ -438,6 +452,7 @@ class Agent:
             "calls_pending": len(self.caller.pending),
             "serving_threads": self.pool.num_threads,
             **self.autograd.debug_info(),
+            **self.rref.debug_info(),
             "peers": [
                 {
                     "name": p.name,

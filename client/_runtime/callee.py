@@ -125,6 +125,19 @@ class Callee:
             (bound_self, args, kwargs), dctx = self._decode(msg, caller_id)
             hooks.recv_call(call, dctx.objects.get("T", []), caller_id)
             is_async = getattr(fn, ASYNC_EXECUTION_ATTR, False)
+            received = dctx.objects.get("R")
+            if received:
+                pending = agent.rref.unconfirmed(received)
+                if pending:
+                    # RRef arguments not confirmed by their owners yet: run once they are,
+                    # holding no thread meanwhile (RRef protocol, "What the agent must do").
+                    return _Later(
+                        agent.rref.run_when_confirmed(
+                            pending,
+                            lambda: self._invoke(call, fn, bound_self, args, kwargs, caller_id),
+                            bool(is_async),
+                        )
+                    )
             with hooks.scope(call, caller_id):
                 if bound_self is not calls.NO_SELF:
                     result = fn(bound_self, *args, **kwargs)
@@ -140,6 +153,28 @@ class Callee:
             return self.encode_value(call, result, caller_id)
         except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
             return self.encode_error(call, exc)
+
+    def _invoke(
+        self,
+        call: pb.CallHeader,
+        fn: Any,
+        bound_self: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        caller_id: int,
+    ) -> Any:
+        """Run the function of a deferred call (the result, or its Future if async)."""
+        with hooks.scope(call, caller_id):
+            if bound_self is not calls.NO_SELF:
+                result = fn(bound_self, *args, **kwargs)
+            else:
+                result = fn(*args, **kwargs)
+        if getattr(fn, ASYNC_EXECUTION_ATTR, False) and not isinstance(result, Future):
+            raise TypeError(
+                f"{call.function} is marked @async_execution but returned "
+                f"{type(result).__name__}, not a gradwire.futures.Future"
+            )
+        return result
 
     def _decode(self, msg: Message, caller_id: int) -> tuple[Any, Any]:
         agent = self._agent
@@ -179,6 +214,8 @@ class Callee:
             hooks.send_reply(call, first.reply, ctx.objects.get("T", []), caller_id)
             return first, buffers
         except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
+            # The value never leaves: give back the RRef forks made while encoding it.
+            agent.rref.abandon_payload(ctx)
             if isinstance(exc, SerializationError) and "result of" not in str(exc):
                 exc = SerializationError(f"result of {call.function} cannot be sent: {exc}")
             return self.encode_error(call, exc)

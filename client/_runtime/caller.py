@@ -99,16 +99,21 @@ class Caller:
             timeout_seconds=timeout or 0.0,
         )
         ctx = EncodeContext(peer=peer.name, device_map=agent.options.device_maps.get(peer.name))
-        first, buffers = calls.encode_body(
-            pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
-        )
-        hooks.send_call(first.call, ctx.objects.get("T", []), peer.id)
-        size = calls.total_bytes(buffers)
-        if size > agent.options.max_message_bytes:
-            raise MessageTooLargeError(
-                f"call of {name} to worker {peer.name!r} carries {size} bytes, over "
-                f"max_message_bytes={agent.options.max_message_bytes}"
+        try:
+            first, buffers = calls.encode_body(
+                pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
             )
+            size = calls.total_bytes(buffers)
+            if size > agent.options.max_message_bytes:
+                raise MessageTooLargeError(
+                    f"call of {name} to worker {peer.name!r} carries {size} bytes, over "
+                    f"max_message_bytes={agent.options.max_message_bytes}"
+                )
+        except BaseException:
+            # Nothing left: give back the RRef forks made while encoding the arguments.
+            agent.rref.abandon_payload(ctx)
+            raise
+        hooks.send_call(first.call, ctx.objects.get("T", []), peer.id)
         what = f"rpc to {name}"
         fut: Future[Any] = Future()
         call = first.call

@@ -57,6 +57,10 @@ class GrpcRpcBackendOptions:
         shm_threshold_bytes: smallest tensor, in bytes, that takes the shared-memory path.
         shm_pool_bytes: shared memory this worker keeps per same-host peer for reuse; a tensor
             that does not fit streams instead.
+        rref_leak_check: what graceful shutdown does with OwnerRRefs still referenced:
+            ``"warn"`` (log a warning), ``"error"`` (raise RRefLeakError) or ``"off"``.
+        rref_tombstone_ttl: seconds an owner remembers deleted RRefs and forks, to ignore stale
+            retries of control messages (must exceed one attempt's deadline, 10 s at most).
     """
 
     rpc_timeout: float = DEFAULT_RPC_TIMEOUT
@@ -85,6 +89,8 @@ class GrpcRpcBackendOptions:
     shm_transfer: bool = True
     shm_threshold_bytes: int = 1 << 20
     shm_pool_bytes: int = 2 << 30
+    rref_leak_check: str = "warn"
+    rref_tombstone_ttl: float = 120.0
 
     def __post_init__(self) -> None:
         if self.num_worker_threads < 1:
@@ -99,6 +105,12 @@ class GrpcRpcBackendOptions:
             raise ValueError(f"shm_threshold_bytes must be >= 1, got {self.shm_threshold_bytes}")
         if self.shm_pool_bytes < 0:
             raise ValueError(f"shm_pool_bytes must be >= 0, got {self.shm_pool_bytes}")
+        if self.rref_leak_check not in ("warn", "error", "off"):
+            raise ValueError(
+                f"rref_leak_check must be 'warn', 'error' or 'off', got {self.rref_leak_check!r}"
+            )
+        if self.rref_tombstone_ttl < 0:
+            raise ValueError(f"rref_tombstone_ttl must be >= 0, got {self.rref_tombstone_ttl}")
         if self.token is None:
             self.token = os.environ.get("GRADWIRE_TOKEN") or None
 

@@ -107,6 +107,9 @@ class _Stubs:
         self.fetch_reply = channel.unary_stream(
             f"/{SERVICE}/FetchReply", pb.FetchReplyRequest.SerializeToString, de
         )
+        self.fetch_rref = channel.unary_stream(
+            f"/{SERVICE}/FetchRRef", pb.FetchRequest.SerializeToString, de
+        )
         self._control: dict[str, Any] = {}
         self._framed: dict[str, Any] = {}
 
@@ -216,6 +219,25 @@ class Transport:
         """A plain protobuf unary call of ``method`` (raises grpc.RpcError)."""
         stub = self._get(address).control(method, response_cls)
         return stub(request, timeout=timeout, metadata=self.metadata, wait_for_ready=wait_for_ready)
+
+    def fetch_rref(
+        self, address: str, request: pb.FetchRequest, timeout: float | None
+    ) -> Iterator[Frame]:
+        """to_here(): stream an OwnerRRef's value (raises grpc.RpcError)."""
+        return self._get(address).fetch_rref(request, timeout=timeout, metadata=self.metadata)
+
+    def framed_control(
+        self,
+        address: str,
+        method: str,
+        frames: Iterable[Frame],
+        response_cls: Any,
+        timeout: float | None,
+    ) -> Any:
+        """Blocking framed (client-streaming) control call such as RemoteCall (raises
+        grpc.RpcError)."""
+        stub = self._get(address).framed_control(method, response_cls)
+        return stub(iter(frames), timeout=timeout, metadata=self.metadata)
 
     def framed_control_future(
         self,

@@ -1,9 +1,10 @@
 """The wire pickler: pickle with side tables, and a restricted unpickler.
 
-Objects whose type is in the dispatch table (tensors, ndarrays, later RRefs) never go into the
+Objects whose type is in the dispatch table (tensors, ndarrays, RRefs) never go into the
 pickle: ``persistent_id`` moves them to a side table of the :class:`EncodeContext` and leaves a
 ``(tag, index)`` reference behind; the receiver's :class:`DecodeContext` turns the reference back
-into the object. Issue 4 (RRefs) registers its type with :func:`register_side_table`.
+into the object. ``gradwire.distributed.rpc.rref`` registers RRefs with
+:func:`register_side_table` (tag "R").
 
 The unpickler resolves every global through the callee's :class:`CallablePolicy`, so a payload
 naming ``os.system`` fails before anything runs.
@@ -26,6 +27,7 @@ from . import tensors
 from .policy import CallablePolicy
 
 __all__ = [
+    "PropagateError",
     "EncodeContext",
     "DecodeContext",
     "register_side_table",
@@ -37,6 +39,15 @@ __all__ = [
 PROTOCOL = 5
 
 
+class PropagateError(Exception):
+    """Raised by a side-table encoder or decoder to make ``dumps`` / ``loads`` raise ``error``
+    itself instead of a SerializationError (e.g. the creation error of an RRef being sent)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 @dataclass
 class EncodeContext:
     """What one outgoing message collects besides its pickle.
@@ -45,7 +56,7 @@ class EncodeContext:
         peer: destination worker name.
         device_map: local device -> peer device, for GPU tensors.
         tensors: side table of (TensorMeta, buffer) in order.
-        rrefs: side table of RRefForkData, filled by the RRef side table (issue 4).
+        rrefs: side table of RRefForkData, filled by the RRef side table.
         objects: the original objects of each side table, by tag (e.g. tensors that require grad,
             for the dist-autograd hook).
     """
@@ -209,6 +220,8 @@ def dumps(obj: Any, ctx: EncodeContext) -> bytes:
     buf = io.BytesIO()
     try:
         _Pickler(buf, ctx).dump(obj)
+    except PropagateError as exc:
+        raise exc.error from None
     except SerializationError:
         raise
     except Exception as exc:
@@ -227,6 +240,8 @@ def loads(data: Any, ctx: DecodeContext) -> Any:
     _register_tensor_types()
     try:
         return _Unpickler(io.BytesIO(data), ctx).load()
+    except PropagateError as exc:
+        raise exc.error from None
     except (PolicyError, SerializationError):
         raise
     except Exception as exc:

@@ -19,10 +19,12 @@ from .api import (
     get_worker_info,
     init_rpc,
     is_initialized,
+    remote,
     rpc_async,
     rpc_sync,
     shutdown,
 )
+from .rref import RRef
 
 #: PyTorch-style name of the backend options.
 RpcBackendOptions = GrpcRpcBackendOptions
@@ -32,6 +34,8 @@ __all__ = [
     "shutdown",
     "rpc_sync",
     "rpc_async",
+    "remote",
+    "RRef",
     "get_worker_info",
     "get_rpc_timeout",
     "get_debug_info",

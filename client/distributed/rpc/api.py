@@ -1,4 +1,4 @@
-"""The rpc verbs: init_rpc, shutdown, rpc_sync, rpc_async and the inspection helpers."""
+"""The rpc verbs: init_rpc, shutdown, rpc_sync, rpc_async, remote and the inspection helpers."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from ..._runtime.options import UNSET_RPC_TIMEOUT, GrpcRpcBackendOptions
 from ..._runtime.workers import WorkerInfo, validate_name
 from ...errors import RpcInitError
 from ...futures import Future
+from .rref import RRef
 
 __all__ = [
     "init_rpc",
     "shutdown",
     "rpc_sync",
     "rpc_async",
+    "remote",
     "get_worker_info",
     "get_rpc_timeout",
     "get_debug_info",
@@ -118,15 +120,19 @@ def shutdown(graceful: bool = True, timeout: float = UNSET_RPC_TIMEOUT) -> None:
         _agent.set_current(None)
 
 
+def _check_args(verb: str, args: Any, kwargs: Any) -> None:
+    if args is not None and not isinstance(args, (tuple, list)):
+        raise TypeError(f"{verb}: args must be a tuple or list, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"{verb}: kwargs must be a dict, got {type(kwargs).__name__}")
+
+
 def _invoke(
     to: Any, func: Any, args: Any, kwargs: Any, timeout: float, blocking: bool, verb: str
 ) -> Future[Any]:
     agent = _agent.current(verb)
     peer = agent.resolve(to)
-    if args is not None and not isinstance(args, (tuple, list)):
-        raise TypeError(f"{verb}: args must be a tuple or list, got {type(args).__name__}")
-    if kwargs is not None and not isinstance(kwargs, dict):
-        raise TypeError(f"{verb}: kwargs must be a dict, got {type(kwargs).__name__}")
+    _check_args(verb, args, kwargs)
     return agent.caller.call(
         peer, func, tuple(args or ()), dict(kwargs or {}), agent.timeout_of(timeout), blocking
     )
@@ -180,6 +186,49 @@ def rpc_async(
         5
     """
     return _invoke(to, func, args, kwargs, timeout, False, "rpc_async()")
+
+
+def remote(
+    to: Any, func: Any, args: Any = None, kwargs: Any = None, timeout: float = UNSET_RPC_TIMEOUT
+) -> RRef[Any]:
+    """Run ``func(*args, **kwargs)`` on worker ``to`` and keep the result there; return at once.
+
+    The result stays on ``to`` (the owner) as the value of an OwnerRRef; the caller gets a
+    UserRRef to it (an OwnerRRef when ``to`` is the caller itself, where the function runs on
+    the serving pool with the arguments as they are). An error raised by ``func``, or the
+    creation timing out, surfaces at the next use of the RRef (to_here, sending it, a proxy
+    call) with the original exception type.
+
+    Args:
+        to: worker name, WorkerInfo or rank.
+        func: a module-level function, builtin, class, static, class or bound method
+            (``@rpc.functions.async_execution`` functions keep the value of their Future).
+        args, kwargs: arguments (tensors and RRefs included, nested in containers too).
+        timeout: seconds for the creation; -1 uses the default rpc_timeout, 0 means none.
+
+    Returns:
+        An RRef to the result.
+
+    Raises:
+        At once: RpcNotInitializedError, UnknownWorkerError, SerializationError (the function
+        or the arguments cannot be sent), MessageTooLargeError, TypeError (bad args).
+        Later, at the next use of the RRef: the creation error, RpcTimeoutError ("RRef creation
+        timed out"), WorkerUnavailableError.
+
+    Example:
+        >>> rref = rpc.remote("worker1", operator.add, (2, 3))
+        >>> rref.to_here()
+        5
+    """
+    agent = _agent.current("remote()")
+    peer = agent.resolve(to)
+    _check_args("remote()", args, kwargs)
+    seconds = agent.timeout_of(timeout)
+    args, kwargs = tuple(args or ()), dict(kwargs or {})
+    if peer.id == agent.rank:
+        return RRef._wrap(agent.rref, agent.rref.calls.remote_to_self(func, args, kwargs))
+    handle, creation = agent.rref.calls.remote(peer, func, args, kwargs, seconds)
+    return RRef._wrap(agent.rref, handle, creation)
 
 
 def get_worker_info(worker_name: str | None = None) -> WorkerInfo:

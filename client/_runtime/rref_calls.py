@@ -1,0 +1,292 @@
+"""remote() on the wire: RemoteCall, both sides (to_here() is in ``rref_fetch``).
+
+Caller: mint the RRef's ids (``create_remote``), encode the call (forking RRef arguments),
+return at once, and send the RemoteCall on the serving pool, retried on transient failure (the
+RRefId makes it idempotent: the owner runs the function at most once). The RemoteAck confirms
+the caller's fork; it carries the creation error, if any, which the caller raises at the next
+use of the RRef (``rref_outcome.Creation``).
+
+Owner: ``accept_remote_call``; on the first delivery decode the call and run the function once
+its RRef arguments are confirmed, filling the OwnerRRef's value slot; answer every delivery
+with the RemoteAck once the slot is filled.
+
+Distributed-autograd hooks, at the points issue 5 expects: ``send_call`` on the RemoteCall's
+CallHeader, ``recv_call`` and ``scope`` around the function on the owner, ``send_reply`` for
+the RemoteAck (its ``autograd`` travels in RemoteAck.autograd), ``recv_reply`` on its receipt.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from .._proto import worker_pb2 as pb
+from .._wire import calls
+from .._wire.exceptions import decode_exception, encode_exception
+from .._wire.framing import Message, split
+from .._wire.pickler import EncodeContext
+from ..errors import (
+    MessageTooLargeError,
+    RpcShutdownError,
+    RpcTimeoutError,
+    SerializationError,
+)
+from ..futures import Future, blocking_region
+from . import hooks
+from .callee import ASYNC_EXECUTION_ATTR
+from .retry import retry_with_backoff
+from .rref_errors import RRefProtocolError
+from .rref_messages import RemoteAck
+from .rref_outcome import Creation, Failure
+from .rref_protocol import RRefHandle
+from .rref_value import ValueSlot
+from .rref_wire import from_gid, to_gid
+from .transport import map_rpc_error
+from .workers import Peer
+
+if TYPE_CHECKING:
+    from .rref_service import RRefService
+
+__all__ = ["RRefCalls"]
+
+log = logging.getLogger(__name__)
+
+
+def _fill(slot: ValueSlot, fut: Future[Any]) -> None:
+    try:
+        exc = fut.exception()
+        slot.set_value(Failure(exc) if exc is not None else fut.value())
+    except RRefProtocolError:
+        log.error("the value of an OwnerRRef was set twice; kept the first")
+
+
+class RRefCalls:
+    """RemoteCall and FetchRRef for one agent's RRef service."""
+
+    def __init__(self, svc: RRefService) -> None:
+        self.svc = svc
+        svc.agent.register_control_handler("RemoteCall", self._serve_remote)
+
+    # -- remote(): caller ------------------------------------------------------------------
+
+    def remote(
+        self,
+        peer: Peer,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+    ) -> tuple[RRefHandle, Creation]:
+        """Start ``fn(*args, **kwargs)`` on ``peer``, its result kept there in a new OwnerRRef.
+
+        Returns:
+            The caller's user handle and its Creation.
+
+        Raises:
+            SerializationError, MessageTooLargeError: the call cannot be sent (nothing left).
+            RpcShutdownError: the agent is stopping.
+        """
+        svc, agent = self.svc, self.svc.agent
+        name, bound_self = calls.function_name(fn)
+        handle = svc.protocol.create_remote(peer.id)
+        svc.note_remote(handle)
+        assert handle.fork_id is not None
+        header = pb.CallHeader(
+            message_id=svc.next_message_id(),
+            caller_id=agent.rank,
+            kind=pb.CALL_KIND_REMOTE,
+            function=name,
+            rref_id=to_gid(handle.rref_id),
+            fork_id=to_gid(handle.fork_id),
+            timeout_seconds=timeout or 0.0,
+        )
+        ctx = EncodeContext(peer=peer.name, device_map=agent.options.device_maps.get(peer.name))
+        try:
+            first, buffers = calls.encode_body(
+                pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
+            )
+            size = calls.total_bytes(buffers)
+            if size > agent.options.max_message_bytes:
+                raise MessageTooLargeError(
+                    f"remote() of {name} to worker {peer.name!r} carries {size} bytes, over "
+                    f"max_message_bytes={agent.options.max_message_bytes}"
+                )
+            hooks.send_call(first.call, ctx.objects.get("T", []), peer.id)
+            frames = list(split(first, buffers, agent.options.chunk_bytes))
+        except BaseException as exc:
+            svc.abandon_payload(ctx)
+            svc.protocol.abandon_remote(handle, exc)
+            raise
+        creation = Creation(f"remote({name}) on worker {peer.name!r}", timeout)
+        svc.track(1)
+        try:
+            agent.pool.submit(self._send_remote, peer, frames, first.call, handle, creation)
+        except RuntimeError as exc:
+            svc.track(-1)
+            raise RpcShutdownError(f"the RPC agent of {agent.name!r} is stopping") from exc
+        return handle, creation
+
+    def _send_remote(
+        self,
+        peer: Peer,
+        frames: list[Any],
+        call: pb.CallHeader,
+        handle: RRefHandle,
+        creation: Creation,
+    ) -> None:
+        svc, agent = self.svc, self.svc.agent
+        assert handle.fork_id is not None
+        started = time.monotonic()
+        # Delivery keeps trying past the user's timeout (which Creation enforces), so that a
+        # slow function still confirms the caller's fork and its RRef is deleted, not leaked.
+        budget = (creation.timeout or 0.0) + svc.control_budget
+
+        def attempt(left: float) -> pb.RemoteAck:
+            svc.emit("RemoteCall", "sent", handle.rref_id, handle.fork_id, peer.id)
+            try:
+                with blocking_region():
+                    return agent.transport.framed_control(
+                        peer.dial, "RemoteCall", frames, pb.RemoteAck, left
+                    )
+            except grpc.RpcError as exc:
+                raise map_rpc_error(exc, peer.name, "RemoteCall", started, left) from exc
+
+        try:
+            try:
+                ack = retry_with_backoff(
+                    attempt, started + budget, what=f"RemoteCall to {peer.name}"
+                )
+            except BaseException as exc:  # noqa: BLE001 - the creation error
+                svc.fail_fork(handle.fork_id, exc)
+                if isinstance(exc, RpcTimeoutError):
+                    exc = creation.timed_out()
+                creation.future.set_result(Failure(exc))
+                return
+            svc.emit("RemoteAck", "received", handle.rref_id, handle.fork_id, peer.id)
+            svc.send(svc.protocol.handle(RemoteAck(agent.rank, handle.rref_id, handle.fork_id)))
+            reply = pb.ReplyHeader(message_id=call.message_id)
+            if ack.HasField("autograd"):
+                reply.autograd.CopyFrom(ack.autograd)
+            hooks.recv_reply(call, reply, [], peer.id)
+            if ack.HasField("error"):
+                error = decode_exception(ack.error, agent.policy, agent.name)
+                creation.future.set_result(Failure(error))
+            else:
+                creation.future.set_result(None)
+        finally:
+            svc.track(-1)
+
+    def remote_to_self(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RRefHandle:
+        """remote() to this worker: a local OwnerRRef filled by ``fn`` on the serving pool.
+
+        Arguments are passed as they are (no copy); the caller's dist-autograd context is
+        current while ``fn`` runs.
+        """
+        svc = self.svc
+        handle = svc.protocol.create_owner()
+        header = pb.CallHeader(
+            message_id=svc.next_message_id(),
+            caller_id=svc.agent.rank,
+            kind=pb.CALL_KIND_REMOTE,
+            function=getattr(fn, "__qualname__", repr(fn)),
+        )
+        hooks.send_call(header, [], svc.agent.rank)
+        is_async = bool(getattr(fn, ASYNC_EXECUTION_ATTR, False))
+
+        def thunk() -> Any:
+            with hooks.scope(header, svc.agent.rank):
+                return _checked(fn(*args, **kwargs), is_async, header.function)
+
+        assert handle.value is not None
+        slot = handle.value
+
+        def run() -> None:
+            svc.run_when_confirmed([], thunk, is_async).add_done_callback(lambda f: _fill(slot, f))
+
+        try:
+            svc.agent.pool.submit(run)
+        except RuntimeError as exc:
+            svc.enqueue_release(handle)
+            raise RpcShutdownError(f"the RPC agent of {svc.agent.name!r} is stopping") from exc
+        return handle
+
+    # -- remote(): owner -------------------------------------------------------------------
+
+    def _serve_remote(self, message: Message, caller_id: int) -> Future[pb.RemoteAck]:
+        svc = self.svc
+        svc._inject("RemoteCall", "before")  # noqa: SLF001 - the tests' fault hook
+        call = message.header.call
+        if not message.header.HasField("call") or call.kind != pb.CALL_KIND_REMOTE:
+            raise SerializationError("RemoteCall without a CALL_KIND_REMOTE CallHeader")
+        rref_id, fork_id = from_gid(call.rref_id), from_gid(call.fork_id)
+        svc.emit("RemoteCall", "received", rref_id, fork_id, caller_id)
+        accepted = svc.protocol.accept_remote_call(rref_id, fork_id, caller_id)
+        slot = accepted.handle.value if accepted.handle is not None else None
+        if slot is not None and accepted.run:
+            self._start(call, message, caller_id, slot)
+        svc._inject("RemoteCall", "after")  # noqa: SLF001
+        out: Future[pb.RemoteAck] = Future()
+
+        def answer(_: Any = None) -> None:
+            ack = pb.RemoteAck(rref_id=call.rref_id, fork_id=call.fork_id)
+            try:
+                reply = pb.ReplyHeader(message_id=call.message_id)
+                hooks.send_reply(call, reply, [], caller_id)
+                if reply.HasField("autograd"):
+                    ack.autograd.CopyFrom(reply.autograd)
+                value = slot.wait(0) if slot is not None else None
+                if isinstance(value, Failure):
+                    ack.error.CopyFrom(encode_exception(value.fresh(), svc.agent.name))
+            finally:
+                svc.emit("RemoteAck", "sent", rref_id, fork_id, caller_id)
+                out.set_result(ack)
+
+        if slot is None:
+            answer()
+        else:
+            slot.add_done_callback(answer)
+        return out
+
+    def _start(
+        self, call: pb.CallHeader, message: Message, caller_id: int, slot: ValueSlot
+    ) -> None:
+        svc, agent = self.svc, self.svc.agent
+        try:
+            module, qualname = calls.split_callable(call.function)
+            fn = agent.policy.resolve(module, qualname, agent.name)
+            body, dctx = calls.decode_body(
+                message,
+                {"policy": agent.policy, "peer": agent.peer_name(caller_id), "worker": agent.name},
+            )
+            if not (isinstance(body, tuple) and len(body) == 3):
+                raise SerializationError("malformed remote() body: expected (self, args, kwargs)")
+            bound_self, args, kwargs = body
+            hooks.recv_call(call, dctx.objects.get("T", []), caller_id)
+        except BaseException as exc:  # noqa: BLE001 - the creation error
+            slot.set_value(Failure(exc))
+            return
+        is_async = bool(getattr(fn, ASYNC_EXECUTION_ATTR, False))
+
+        def thunk() -> Any:
+            with hooks.scope(call, caller_id):
+                if bound_self is not calls.NO_SELF:
+                    result = fn(bound_self, *args, **kwargs)
+                else:
+                    result = fn(*args, **kwargs)
+            return _checked(result, is_async, call.function)
+
+        pending = svc.unconfirmed(dctx.objects.get("R", []))
+        fut = svc.run_when_confirmed(pending, thunk, is_async)
+        fut.add_done_callback(lambda f: _fill(slot, f))
+
+
+def _checked(result: Any, is_async: bool, function: str) -> Any:
+    if is_async and not isinstance(result, Future):
+        raise TypeError(
+            f"{function} is marked @async_execution but returned {type(result).__name__}, "
+            "not a gradwire.futures.Future"
+        )
+    return result

@@ -1,0 +1,447 @@
+"""The RRef protocol on a running agent: sends its control messages, serves them, reports.
+
+``rref_protocol.RRefProtocol`` is the state machine (no network); this module drives it as its
+docstring's section "What the agent must do" asks:
+
+- every message it returns is sent on the serving pool with ``Caller.send_control`` (retried
+  with backoff on UNAVAILABLE / DEADLINE_EXCEEDED); a ForkRequest's answer (ForkAccepted) is
+  fed back into the protocol, and what that yields is sent in turn;
+- ForkRequest, ChildAck and RRefDelete are served here (``register_control_handler``);
+  RemoteCall and FetchRRef in ``rref_calls``;
+- user objects are released through a queue drained by one thread, because a weakref
+  finalizer may run inside garbage collection while this thread holds a lock (the protocol's
+  own, or the pool's): the finalizer only enqueues;
+- functions that received RRefs run once their owners confirmed them (``run_when_confirmed``),
+  without holding a serving thread while waiting;
+- every control message sent or received is published on WatchControl.
+
+Graceful shutdown (``drain`` then, after the barrier, ``check_leaks``) waits for pending
+confirmations and deletes, sends the deletes of the UserRRefs still alive, and lists the
+OwnerRRefs still referenced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from .._proto import worker_pb2 as pb
+from .._wire.pickler import EncodeContext
+from ..errors import InvalidFutureStateError, RRefLeakError, WorkerUnavailableError
+from ..futures import Future
+from .rref_errors import RRefProtocolError
+from .rref_ids import GloballyUniqueId
+from .rref_messages import (
+    ChildAck,
+    ControlMessage,
+    ForkAccepted,
+    ForkRequest,
+    RRefDelete,
+    RRefForkData,
+)
+from .rref_protocol import RRefHandle, RRefProtocol
+from .rref_wire import REQUESTS, from_gid, request_of, to_gid
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+__all__ = ["RRefService", "FaultHook"]
+
+log = logging.getLogger(__name__)
+
+#: ``fault(method, phase)`` called by the handlers before ("before") and after ("after")
+#: processing a control message; tests raise WorkerUnavailableError from it to make the
+#: sender retry (before: the message is lost; after: the answer is lost, so it is duplicated).
+FaultHook = Callable[[str, str], None]
+
+
+class RRefService:
+    """The RRef protocol of one agent.
+
+    Args:
+        agent: the owning agent (pool, caller, peers, options).
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.protocol = RRefProtocol(
+            agent.rank,
+            tombstone_ttl=agent.options.rref_tombstone_ttl,
+            on_owner_deleted=self._on_owner_deleted,
+        )
+        self.closed = False
+        #: Tests only: see FaultHook.
+        self.fault: FaultHook | None = None
+        self.owners_deleted = 0
+        self._ids = itertools.count(1 << 40)
+        self._lock = threading.Condition()
+        self._in_flight = 0
+        # Forks whose confirmation can never come (ForkRequest or RemoteCall given up on).
+        self._failed: dict[GloballyUniqueId, BaseException] = {}
+        self._waiters: dict[GloballyUniqueId, list[Future[None]]] = {}
+        # fork -> parent worker, for the inspect JSON only (popped with the fork's delete).
+        self._parents: dict[GloballyUniqueId, int] = {}
+        self._releases: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._releaser = threading.Thread(
+            target=self._release_loop, name=f"gradwire-{agent.name}-rref-release", daemon=True
+        )
+        self._releaser.start()
+        for method, handler in (
+            ("ForkRequest", self._on_fork_request),
+            ("ChildAck", self._on_child_ack),
+            ("RRefDelete", self._on_delete),
+        ):
+            agent.register_control_handler(method, handler)
+        from .rref_calls import RRefCalls  # serves RemoteCall
+        from .rref_fetch import RRefFetch  # serves FetchRRef
+
+        self.calls = RRefCalls(self)
+        self.fetch = RRefFetch(self)
+
+    # -- ids and budgets -------------------------------------------------------------------------
+
+    def next_message_id(self) -> int:
+        """A message id for RemoteCall and FetchRRef headers (apart from the Caller's ids)."""
+        return next(self._ids)
+
+    @property
+    def control_budget(self) -> float:
+        """Total seconds over all attempts of one control message."""
+        return float(self.agent.options.rpc_timeout or 60.0)
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def send(self, messages: Iterable[ControlMessage]) -> None:
+        """Send each message on the serving pool, retried until answered (never blocks)."""
+        for msg in messages:
+            if type(msg) not in REQUESTS:
+                log.error("RRef protocol produced %r, which is not a request; dropped", msg)
+                continue
+            if isinstance(msg, RRefDelete):
+                self._parents.pop(msg.fork_id, None)
+            self.emit(msg.kind.value, "sent", msg.rref_id, msg.fork_id, msg.dest)
+            self.track(1)
+            try:
+                self.agent.pool.submit(self._deliver, msg)
+            except RuntimeError:  # pool closed: the agent is stopping
+                self.track(-1)
+                log.warning("RRef %s not sent: the agent of %s stopped", msg, self.agent.name)
+
+    def _deliver(self, msg: ControlMessage) -> None:
+        method, response_cls = REQUESTS[type(msg)]
+        try:
+            request = request_of(msg)
+            reply = self.agent.caller.send_control(
+                self.agent.peers[msg.dest], method, request, response_cls, self.control_budget
+            )
+            if isinstance(msg, ForkRequest):
+                accepted = ForkAccepted(
+                    self.agent.rank, msg.rref_id, msg.fork_id, known=bool(reply.known)
+                )
+                self.emit("ForkAccepted", "received", msg.rref_id, msg.fork_id, msg.dest)
+                self.send(self.protocol.handle(accepted))
+        except BaseException as exc:  # noqa: BLE001 - logged; a lost message is a leak
+            log.warning(
+                "%s for RRef %s fork %s to worker %s failed for good: %s (the RRef may leak)",
+                method,
+                msg.rref_id,
+                msg.fork_id,
+                self.agent.peer_name(msg.dest),
+                exc,
+            )
+            if isinstance(msg, ForkRequest):
+                self.fail_fork(msg.fork_id, exc)
+        finally:
+            self.track(-1)
+
+    def track(self, delta: int) -> None:
+        """Count a send (or a RemoteCall) in flight, for the shutdown drain."""
+        with self._lock:
+            self._in_flight += delta
+            if not self._in_flight:
+                self._lock.notify_all()
+
+    def emit(self, kind: str, direction: str, rref_id: Any, fork_id: Any, peer: int | str) -> None:
+        """Publish one control message on WatchControl."""
+        if not self.agent._watchers:  # noqa: SLF001 - nobody listens: skip building it
+            return
+        self.agent.emit_control_event(
+            pb.ControlEvent(
+                kind=kind,
+                direction=direction,
+                rref_id=to_gid(rref_id) if rref_id is not None else None,
+                fork_id=to_gid(fork_id) if fork_id is not None else None,
+                peer=self.agent.peer_name(peer) if isinstance(peer, int) else peer,
+                time=time.time(),
+            )
+        )
+
+    # -- handlers ------------------------------------------------------------------------------
+
+    def _inject(self, method: str, phase: str) -> None:
+        if self.fault is not None:
+            self.fault(method, phase)
+
+    def _on_fork_request(self, req: pb.ForkRequest, caller_id: int) -> pb.ForkAccepted:
+        self._inject("ForkRequest", "before")
+        msg = ForkRequest(
+            self.agent.rank,
+            from_gid(req.rref_id),
+            from_gid(req.fork_id),
+            int(req.child_id),
+            int(req.parent_id),
+        )
+        self.emit("ForkRequest", "received", msg.rref_id, msg.fork_id, caller_id)
+        out = self.protocol.handle(msg)
+        answers = [m for m in out if isinstance(m, ForkAccepted)]
+        self.send(m for m in out if not isinstance(m, ForkAccepted))
+        known = answers[0].known if answers else False
+        self.emit("ForkAccepted", "sent", msg.rref_id, msg.fork_id, caller_id)
+        self._inject("ForkRequest", "after")
+        return pb.ForkAccepted(rref_id=req.rref_id, fork_id=req.fork_id, known=known)
+
+    def _on_child_ack(self, req: pb.ChildAck, caller_id: int) -> pb.Ack:
+        self._inject("ChildAck", "before")
+        msg = ChildAck(
+            self.agent.rank, from_gid(req.rref_id), from_gid(req.fork_id), int(req.child_id)
+        )
+        self.emit("ChildAck", "received", msg.rref_id, msg.fork_id, caller_id)
+        self.send(self.protocol.handle(msg))
+        self._inject("ChildAck", "after")
+        return pb.Ack()
+
+    def _on_delete(self, req: pb.RRefDelete, caller_id: int) -> pb.Ack:
+        self._inject("RRefDelete", "before")
+        msg = RRefDelete(
+            self.agent.rank, from_gid(req.rref_id), from_gid(req.fork_id), int(req.user_id)
+        )
+        self.emit("RRefDelete", "received", msg.rref_id, msg.fork_id, caller_id)
+        self.send(self.protocol.handle(msg))
+        self._inject("RRefDelete", "after")
+        return pb.Ack()
+
+    def _on_owner_deleted(self, rref_id: GloballyUniqueId) -> None:
+        # The record and its value slot are gone from the protocol; nothing else holds the
+        # value (an OwnerRRef object would hold a local reference and prevent the delete).
+        self.owners_deleted += 1
+        log.debug("worker %s deleted OwnerRRef %s", self.agent.name, rref_id)
+
+    # -- forks in payloads ---------------------------------------------------------------------
+
+    def fork(self, handle: RRefHandle, dest: int) -> RRefForkData:
+        """Fork ``handle`` for a payload to worker ``dest`` (before the payload leaves)."""
+        return self.protocol.fork(handle, dest)
+
+    def receive(self, data: RRefForkData) -> RRefHandle:
+        """Become the fork a received payload carries; send what the protocol asks."""
+        handle, messages = self.protocol.receive_fork(data)
+        if not handle.is_owner:
+            self._parents[data.fork_id] = data.parent_id
+        self.send(messages)
+        return handle
+
+    def note_remote(self, handle: RRefHandle) -> None:
+        """A remote() caller's own fork (for the inspect JSON: its parent is the owner)."""
+        if handle.fork_id is not None:
+            self._parents[handle.fork_id] = handle.owner_id
+
+    def parent_of(self, fork_id: GloballyUniqueId) -> int | None:
+        """The worker that sent us fork ``fork_id`` (the owner for a remote() result)."""
+        return self._parents.get(fork_id)
+
+    def forget_parents_except(self, live: set[GloballyUniqueId]) -> None:
+        """Drop the parents of forks no longer held (inspection bookkeeping)."""
+        for stale in set(self._parents) - live:
+            self._parents.pop(stale, None)
+
+    def abandon_payload(self, ctx: EncodeContext) -> None:
+        """The payload encoded with ``ctx`` certainly never left: give its forks back."""
+        for data in ctx.objects.pop("R", ()):
+            try:
+                self.send(self.protocol.abandon_fork(data))
+            except RRefProtocolError:
+                log.exception("abandoning fork %s failed", data)
+
+    # -- confirmation --------------------------------------------------------------------------
+
+    def unconfirmed(self, handles: Iterable[RRefHandle]) -> list[RRefHandle]:
+        """The user handles among ``handles`` that their owner has not confirmed yet."""
+        return [h for h in handles if not h.is_owner and not self.protocol.is_confirmed(h)]
+
+    def wait_confirmed(self, handles: list[RRefHandle]) -> Future[None]:
+        """A Future completed once every handle is confirmed (or with the error that ends the
+        wait: the owner disowned one, or its ForkRequest was given up on)."""
+        out: Future[None] = Future()
+        forks = [h.fork_id for h in handles if h.fork_id is not None]
+        with self._lock:
+            failed = next((self._failed[f] for f in forks if f in self._failed), None)
+            if failed is None:
+                for f in forks:
+                    self._waiters.setdefault(f, []).append(out)
+        if failed is not None:
+            _settle(out, failed)
+            return out
+
+        def confirmed(error: BaseException | None) -> None:
+            with self._lock:
+                for f in forks:
+                    waiting = self._waiters.get(f)
+                    if waiting is not None and out in waiting:
+                        waiting.remove(out)
+                        if not waiting:
+                            del self._waiters[f]
+            _settle(out, error)
+
+        self.protocol.when_confirmed(handles, confirmed)
+        return out
+
+    def fail_fork(self, fork_id: GloballyUniqueId, error: BaseException) -> None:
+        """No confirmation will come for ``fork_id``: fail whatever waits for it."""
+        with self._lock:
+            self._failed[fork_id] = error
+            waiting = self._waiters.pop(fork_id, [])
+        for fut in waiting:
+            _settle(fut, error)
+
+    def run_when_confirmed(
+        self, handles: list[RRefHandle], thunk: Callable[[], Any], is_async: bool
+    ) -> Future[Any]:
+        """Run ``thunk`` on the serving pool once ``handles`` are confirmed (at once, in this
+        thread, when ``handles`` is empty).
+
+        Returns:
+            A Future of what ``thunk`` returned (of the value of the Future it returned when
+            ``is_async``), or of the error that ended the wait.
+        """
+        out: Future[Any] = Future()
+        inline = not handles  # nothing to wait for: run in this (serving) thread
+
+        def run() -> None:
+            try:
+                result = thunk()
+            except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                _settle(out, exc)
+                return
+            if is_async and isinstance(result, Future):
+                result.add_done_callback(lambda f: _settle(out, f.exception(), f, True))
+            else:
+                _settle(out, None, result, False)
+
+        def go(done: Future[None]) -> None:
+            if done.exception() is not None:
+                _settle(out, done.exception())
+                return
+            if inline:
+                run()
+                return
+            try:
+                self.agent.pool.submit(run)
+            except RuntimeError as exc:
+                _settle(out, WorkerUnavailableError(f"worker {self.agent.name!r} stopped: {exc}"))
+
+        self.wait_confirmed(handles).add_done_callback(go)
+        return out
+
+    # -- release -------------------------------------------------------------------------------
+
+    def enqueue_release(self, handle: RRefHandle) -> None:
+        """Called by a finalizer (maybe inside GC): release ``handle`` on the release thread."""
+        self._releases.put(handle)
+
+    def flush_releases(self, timeout: float) -> bool:
+        """Wait until every release enqueued so far was processed (True) or ``timeout``."""
+        if not self._releaser.is_alive():
+            return True
+        done = threading.Event()
+        self._releases.put(done)
+        return done.wait(timeout)
+
+    def _release_loop(self) -> None:
+        while True:
+            item = self._releases.get()
+            if item is None:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            if self.closed:
+                continue
+            try:
+                self.send(self.protocol.release(item))
+            except Exception:
+                log.exception("releasing RRef %s failed", item)
+
+    # -- shutdown ------------------------------------------------------------------------------
+
+    def drain(self, deadline: float) -> bool:
+        """Graceful shutdown, between the barriers: see ``rref_shutdown.drain``."""
+        from .rref_shutdown import drain
+
+        return drain(self, deadline)
+
+    def check_leaks(self) -> RRefLeakError | None:
+        """After the last barrier: see ``rref_shutdown.check_leaks``."""
+        from .rref_shutdown import check_leaks
+
+        return check_leaks(self)
+
+    def pending_quiet(self, users_too: bool) -> bool:
+        """Nothing in flight, no pending child, and no unconfirmed user (``users_too``) or no
+        deferred delete (otherwise); forks given up on do not count."""
+        report = self.protocol.pending()
+        with self._lock:
+            if self._in_flight or report.pending_children:
+                return False
+            if users_too:
+                return all(u[1] in self._failed for u in report.pending_users)
+            return not report.deferred_deletes
+
+    def wait_changed(self, seconds: float) -> None:
+        """Sleep until a send finishes or ``seconds`` pass."""
+        with self._lock:
+            self._lock.wait(seconds)
+
+    def close(self) -> None:
+        """The agent stopped: RRefs of this agent can no longer be used."""
+        self.closed = True
+        self._releases.put(None)
+        with self._lock:
+            waiting = [f for fs in self._waiters.values() for f in fs]
+            self._waiters.clear()
+        for fut in waiting:
+            _settle(fut, WorkerUnavailableError(f"the RPC agent of {self.agent.name!r} stopped"))
+
+    # -- inspection ----------------------------------------------------------------------------
+
+    def debug_info(self) -> dict[str, Any]:
+        from .rref_shutdown import fork_tree
+
+        """The RRef counters of get_debug_info(), and the ``rref_forks`` inspect JSON."""
+        info = self.protocol.debug_info()
+        return {
+            "num_owner_rrefs": info.num_owner_rrefs,
+            "num_pending_users": info.num_pending_users,
+            "num_pending_children": info.num_pending_children,
+            "num_forks": info.num_forks,
+            "num_users": info.num_users,
+            "num_rref_tombstones": info.num_tombstones,
+            "rref_forks": fork_tree(self),
+        }
+
+
+def _settle(
+    fut: Future[Any], error: BaseException | None, value: Any = None, unwrap: bool = False
+) -> None:
+    with contextlib.suppress(InvalidFutureStateError):
+        if error is not None:
+            fut.set_exception(error)
+        elif unwrap:
+            fut.set_result(value.value())
+        else:
+            fut.set_result(value)

@@ -1,0 +1,387 @@
+"""``RRef``: a reference to a value that lives on one worker (its owner), usable from any worker.
+
+An RRef on its owner is an OwnerRRef (it holds the value); anywhere else it is a UserRRef (one
+fork of it, counted by the owner). RRefs travel as arguments and return values of
+``rpc_sync``, ``rpc_async`` and ``remote`` (nested in containers too): the wire pickler moves
+them into the payload's RRef side table, forking them for the receiver, and the receiver
+becomes a new UserRRef (or gets the OwnerRRef back, on the owner). The owner deletes the value
+once no fork is alive and nothing local refers to it; a UserRRef object tells the owner when
+it is garbage collected. See ``gradwire._runtime.rref_protocol`` for the protocol.
+
+Example:
+    >>> rref = rpc.remote("worker1", operator.add, (2, 3))
+    >>> rref.to_here()
+    5
+    >>> rpc.rpc_sync("worker2", use_it, (rref,))      # worker2 gets its own UserRRef
+    >>> rref.rpc_sync().bit_length()                   # runs int.bit_length on worker1
+    3
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..._runtime import agent as _agent
+from ..._runtime.callee import ASYNC_EXECUTION_ATTR
+from ..._runtime.rref_errors import RRefProtocolError
+from ..._runtime.rref_outcome import Failure, outcome
+from ..._runtime.rref_protocol import RRefHandle
+from ..._runtime.rref_wire import fork_data_from_pb, fork_data_to_pb
+from ..._runtime.workers import WorkerInfo
+from ..._wire import pickler
+from ...errors import RpcTimeoutError, RRefError, SerializationError
+from ...futures import Future
+from .functions import async_execution
+
+if TYPE_CHECKING:
+    from ..._runtime.rref_outcome import Creation
+    from ..._runtime.rref_service import RRefService
+
+__all__ = ["RRef"]
+
+T = TypeVar("T")
+
+
+def _type_name(type_hint: Any, value: Any) -> str:
+    cls = type_hint if isinstance(type_hint, type) else type(value)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+class RRef(Generic[T]):
+    """A remote reference: ``RRef(value)`` makes a local OwnerRRef holding ``value``.
+
+    Args:
+        value: the value to hold on this worker.
+        type_hint: the value's type, for ``repr`` and inspection (default: ``type(value)``).
+
+    Raises:
+        RpcNotInitializedError: RPC is not running in this process.
+
+    Example:
+        >>> rref = RRef([1, 2, 3])
+        >>> rref.is_owner(), rref.local_value()
+        (True, [1, 2, 3])
+    """
+
+    __slots__ = ("_svc", "_handle", "_creation", "_finalizer", "__weakref__")
+
+    def __init__(self, value: T, type_hint: Any = None) -> None:
+        svc = _agent.current("RRef()").rref
+        handle = svc.protocol.create_owner(_type_name(type_hint, value))
+        assert handle.value is not None
+        handle.value.set_value(value)
+        self._bind(svc, handle, None)
+
+    @classmethod
+    def _wrap(
+        cls, svc: RRefService, handle: RRefHandle, creation: Creation | None = None
+    ) -> RRef[Any]:
+        obj = cls.__new__(cls)
+        obj._bind(svc, handle, creation)
+        return obj
+
+    def _bind(self, svc: RRefService, handle: RRefHandle, creation: Creation | None) -> None:
+        self._svc = svc
+        self._handle = handle
+        self._creation = creation
+        # G1: the finalizer only enqueues (it may run inside garbage collection).
+        self._finalizer = weakref.finalize(self, svc.enqueue_release, handle)
+        self._finalizer.atexit = False
+
+    # -- identity ------------------------------------------------------------------------------
+
+    def _live(self, verb: str) -> RRefService:
+        svc = self._svc
+        if svc.closed:
+            raise RRefError(
+                f"{verb} on RRef {self._handle.rref_id}: the RPC agent of worker "
+                f"{svc.agent.name!r} that created it has shut down; RRefs do not outlive "
+                "rpc.shutdown()"
+            )
+        return svc
+
+    def is_owner(self) -> bool:
+        """Whether this worker owns the value (an OwnerRRef)."""
+        return self._handle.is_owner
+
+    def owner(self) -> WorkerInfo:
+        """The WorkerInfo of the owner.
+
+        Raises:
+            RRefError: used after shutdown.
+        """
+        return self._live("owner()").agent.peers[self._handle.owner_id].info
+
+    def owner_name(self) -> str:
+        """The name of the owner."""
+        return self.owner().name
+
+    def confirmed_by_owner(self) -> bool:
+        """Whether the owner knows this reference (always True on the owner).
+
+        Raises:
+            RRefError: used after shutdown.
+        """
+        return self._live("confirmed_by_owner()").protocol.is_confirmed(self._handle)
+
+    # -- the value -----------------------------------------------------------------------------
+
+    def local_value(self) -> T:
+        """The value, on its owner (waits while a remote() to self still computes it).
+
+        Returns:
+            The value itself (not a copy).
+
+        Raises:
+            RRefError: called on a UserRRef (the message names this worker and the owner), or
+                after shutdown.
+            Exception: the error that creating the value raised.
+
+        Example:
+            >>> RRef(7).local_value()
+            7
+        """
+        svc = self._live("local_value()")
+        if not self._handle.is_owner:
+            raise RRefError(
+                f"local_value() called on worker {svc.agent.name!r} for a UserRRef "
+                f"({self._handle.rref_id}) owned by worker {self.owner_name()!r}; only the owner "
+                "holds the value: use to_here() to fetch a copy"
+            )
+        return self._owner_value(svc.agent.timeout_of(-1.0), "local_value()")
+
+    def _owner_value(self, timeout: float | None, verb: str) -> T:
+        assert self._handle.value is not None
+        try:
+            value = self._handle.value.wait(timeout)
+        except TimeoutError as exc:
+            if isinstance(exc, RpcTimeoutError):
+                raise
+            raise RpcTimeoutError(
+                f"{verb} of RRef {self._handle.rref_id}: the value was not ready after {timeout} s",
+                self._svc.agent.name,
+                timeout or 0.0,
+            ) from None
+        return outcome(value)
+
+    def to_here(self, timeout: float = -1.0) -> T:
+        """A copy of the value, fetched from the owner (the value itself on the owner).
+
+        Args:
+            timeout: seconds; -1 uses the default rpc_timeout, 0 means no timeout.
+
+        Returns:
+            The value.
+
+        Raises:
+            The creation error of a remote() (as its original type); RpcTimeoutError ("RRef
+            creation timed out" when the remote() did not complete in its timeout);
+            WorkerUnavailableError; RRefError after shutdown.
+
+        Example:
+            >>> rpc.remote("worker1", operator.mul, (6, 7)).to_here()
+            42
+        """
+        svc = self._live("to_here()")
+        seconds = svc.agent.timeout_of(timeout)
+        if self._handle.is_owner:
+            return self._owner_value(seconds, "to_here()")
+        creation = self._creation
+        if creation is None or creation.check():
+            return svc.fetch.fetch(self._handle, seconds)
+        # Still being created: fetch at once (the owner answers when the value is set, or with
+        # the creation error) but no longer than the creation's own deadline.
+        limits = [t for t in (seconds, creation.time_left()) if t is not None]
+        try:
+            return svc.fetch.fetch(self._handle, min(limits) if limits else None)
+        except BaseException:
+            creation.check()  # the creation error (or timeout) explains the failure best
+            raise
+
+    # -- proxies -------------------------------------------------------------------------------
+
+    def rpc_sync(self, timeout: float = -1.0) -> Any:
+        """A proxy whose methods run on the owner's value with rpc_sync.
+
+        Example:
+            >>> rref.rpc_sync().append(4)       # list.append on the owner
+        """
+        return _Proxy(self, "rpc_sync", timeout)
+
+    def rpc_async(self, timeout: float = -1.0) -> Any:
+        """A proxy whose methods run on the owner's value with rpc_async (they return Futures)."""
+        return _Proxy(self, "rpc_async", timeout)
+
+    def remote(self, timeout: float = -1.0) -> Any:
+        """A proxy whose methods run on the owner's value with remote() (they return RRefs)."""
+        return _Proxy(self, "remote", timeout)
+
+    # -- autograd ------------------------------------------------------------------------------
+
+    def backward(self, dist_autograd_ctx_id: int = -1, retain_graph: bool = False) -> None:
+        """Run backward from the value (a scalar tensor) on the owner.
+
+        Args:
+            dist_autograd_ctx_id: a distributed autograd context id; -1 runs a local
+                ``value.backward()`` on the owner.
+            retain_graph: keep the graph(s) for another pass.
+
+        Raises:
+            TypeError: the value is not a tensor. RuntimeError: as ``Tensor.backward`` or
+            ``dist_autograd.backward``.
+
+        Example:
+            >>> with dist_autograd.context() as ctx_id:
+            ...     loss_rref.backward(ctx_id)
+        """
+        self._live("backward()")
+        if self._handle.is_owner:
+            _backward_here(self.local_value(), dist_autograd_ctx_id, retain_graph)
+            return
+        from .api import rpc_sync
+
+        rpc_sync(self.owner(), _backward_on_owner, (self, dist_autograd_ctx_id, retain_graph))
+
+    # -- protocol ------------------------------------------------------------------------------
+
+    def _check_sendable(self) -> None:
+        if self._creation is not None:
+            self._creation.check()
+        handle = self._handle
+        if handle.is_owner and handle.value is not None and handle.value.done():
+            outcome(handle.value.wait(0))  # raises the creation error of a remote() to self
+
+    def __reduce__(self) -> Any:
+        raise RRefError(
+            f"RRef {self._handle.rref_id} cannot be pickled outside an RPC: pass it as an "
+            "argument or return value of rpc_sync / rpc_async / remote (or send "
+            "rref.to_here())"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RRef):
+            return NotImplemented
+        return (self._handle.rref_id, self._handle.fork_id, self._svc) == (
+            other._handle.rref_id,
+            other._handle.fork_id,
+            other._svc,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._handle.rref_id, self._handle.fork_id))
+
+    def __repr__(self) -> str:
+        h = self._handle
+        if h.is_owner:
+            return f"OwnerRRef(RRefId = {h.rref_id}, type = {h.type_name or '?'})"
+        return f"UserRRef(RRefId = {h.rref_id}, ForkId = {h.fork_id}, owner = {h.owner_id})"
+
+
+# -- the side table: RRefs inside RPC payloads -------------------------------------------------
+
+
+def _encode(rref: RRef[Any], ctx: pickler.EncodeContext) -> Any:
+    try:
+        svc = rref._live("sending an RRef")
+    except RRefError as exc:
+        raise pickler.PropagateError(exc) from None
+    peer = svc.agent.by_name.get(ctx.peer)
+    if peer is None:
+        raise SerializationError(f"an RRef can only be sent to a worker (not to {ctx.peer!r})")
+    try:
+        rref._check_sendable()
+    except BaseException as exc:  # noqa: BLE001 - the creation error, with its own type
+        raise pickler.PropagateError(exc) from None
+    try:
+        data = svc.fork(rref._handle, peer.id)
+    except RRefProtocolError as exc:
+        raise pickler.PropagateError(RRefError(f"cannot send {rref!r}: {exc}")) from None
+    ctx.rrefs.append(fork_data_to_pb(data))
+    ctx.objects.setdefault("R", []).append(data)
+    return ("R", len(ctx.rrefs) - 1)
+
+
+def _decode(pid: Any, ctx: pickler.DecodeContext) -> RRef[Any]:
+    index = pid[1] if len(pid) == 2 else None
+    if not isinstance(index, int) or not 0 <= index < len(ctx.payload.rrefs):
+        raise SerializationError(f"payload refers to RRef {index!r}, which it does not carry")
+    agent = _agent.current("receiving an RRef")
+    handle = agent.rref.receive(fork_data_from_pb(ctx.payload.rrefs[index]))
+    ctx.objects.setdefault("R", []).append(handle)
+    return RRef._wrap(agent.rref, handle)
+
+
+pickler.register_side_table(RRef, "R", _encode, _decode)
+
+
+# -- proxies and helpers run on the owner ------------------------------------------------------
+
+
+class _Proxy:
+    """``rref.rpc_sync()`` and friends: attribute access yields a caller of that method."""
+
+    __slots__ = ("_rref", "_verb", "_timeout")
+
+    def __init__(self, rref: RRef[Any], verb: str, timeout: float) -> None:
+        self._rref = rref
+        self._verb = verb
+        self._timeout = timeout
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        rref = self._rref
+        handle = rref._handle
+        if handle.is_owner and handle.value is not None and handle.value.done():
+            value = handle.value.wait(0)
+            if not isinstance(value, Failure):
+                if not hasattr(value, name):
+                    raise AttributeError(
+                        f"{type(value).__qualname__!r} object (the value of {rref!r}) has no "
+                        f"attribute {name!r}"
+                    )
+        return functools.partial(_proxy_call, rref, self._verb, self._timeout, name)
+
+    def __repr__(self) -> str:
+        return f"<{self._verb} proxy of {self._rref!r}>"
+
+
+def _proxy_call(
+    rref: RRef[Any], verb: str, timeout: float, name: str, *args: Any, **kw: Any
+) -> Any:
+    from . import api
+
+    fn = {"rpc_sync": api.rpc_sync, "rpc_async": api.rpc_async, "remote": api.remote}[verb]
+    return fn(rref.owner(), _call_method, (name, rref, *args), kw, timeout)
+
+
+@async_execution
+def _call_method(name: str, rref: RRef[Any], *args: Any, **kwargs: Any) -> Future[Any]:
+    """On the owner: ``getattr(value, name)(*args, **kwargs)``, honouring async_execution."""
+    method = getattr(rref.local_value(), name)
+    result = method(*args, **kwargs)
+    if getattr(method, ASYNC_EXECUTION_ATTR, False):
+        return result
+    out: Future[Any] = Future()
+    out.set_result(result)
+    return out
+
+
+def _backward_here(value: Any, ctx_id: int, retain_graph: bool) -> None:
+    from ..._tensor import Tensor
+
+    if not isinstance(value, Tensor):
+        raise TypeError(f"RRef.backward() needs a tensor value, got {type(value).__name__}")
+    if ctx_id == -1:
+        value.backward(retain_graph=retain_graph)
+        return
+    from .. import autograd as dist_autograd
+
+    dist_autograd.backward(ctx_id, [value], retain_graph)
+
+
+def _backward_on_owner(rref: RRef[Any], ctx_id: int, retain_graph: bool) -> None:
+    """On the owner: backward from the RRef's value (RRef.backward on a user)."""
+    _backward_here(rref.local_value(), ctx_id, retain_graph)

@@ -1,0 +1,274 @@
+"""Bodies run by ``run_cluster`` on every rank; rank 0 drives, the others serve.
+
+Every body ends by waiting until no worker holds an RRef any more (``wait_quiet``), so each
+scenario also checks that the owner deleted its value once every fork was gone.
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+from typing import Any
+
+import gradwire as gw
+import numpy as np
+from gradwire.distributed import rpc
+from gradwire.errors import RpcTimeoutError, RRefError
+
+from . import helpers as h
+
+
+def seed_scenarios(rank: int, world_size: int) -> dict[str, Any]:
+    """The four scenarios of the seed (workers A=0, B=1 owner, C=2)."""
+    if rank != 0:
+        return {}
+    out: dict[str, Any] = {}
+    # 1. User shares with owner as return value: remote() then to_here().
+    rref = rpc.remote(1, h.add, (np.ones(2), 1))
+    out["to_here"] = rref.to_here().tolist()
+    out["confirmed"] = rref.confirmed_by_owner()
+    # 2. User shares with owner as argument.
+    out["arg_to_owner"] = rpc.rpc_sync(1, h.inspect_rref, (rref,))
+    # 4. User shares with user (a third worker): C runs only once the owner confirmed it.
+    out["user_to_user"] = rpc.rpc_sync(2, h.inspect_rref, (rref,))
+    del rref
+    # 3. Owner shares with user: a local RRef sent to C.
+    local = rpc.RRef("data")
+    out["owner_to_user"] = rpc.rpc_async(2, h.inspect_rref, (local,)).wait()
+    del local
+    out["quiet"] = h.wait_quiet([0, 1, 2])
+    return out
+
+
+def return_values(rank: int, world_size: int) -> dict[str, Any]:
+    """RRefs as return values, in every direction, and nested in containers."""
+    if rank != 0:
+        return {}
+    out: dict[str, Any] = {}
+    owned_by_1 = rpc.rpc_sync(1, h.make_rref, ("from-1",))  # owner -> user
+    out["owner_to_user"] = [owned_by_1.is_owner(), owned_by_1.owner_name(), owned_by_1.to_here()]
+    via_1 = rpc.rpc_sync(1, h.make_remote, (2, "on-2"))  # user (1) -> user (0), owner 2
+    out["user_to_user"] = [via_1.owner_name(), via_1.to_here()]
+    mine = rpc.RRef(np.arange(3))
+    h.keep("mine", mine)
+    back = rpc.rpc_sync(1, h.identity, (mine,))  # returned to its owner
+    out["back_to_owner"] = [back.is_owner(), back == mine, hash(back) == hash(mine)]
+    rpc.rpc_sync(0, h.keep, ("orig", mine))
+    out["owner_check"] = rpc.rpc_sync(0, h.returned_to_owner, (back, "orig"))[:3]
+    nested = rpc.remote(2, h.identity, ({"k": [owned_by_1, (via_1,)]},))
+    got = nested.to_here()
+    out["nested_from_remote"] = [got["k"][0].to_here(), got["k"][1][0].to_here()]
+    box = {"a": [owned_by_1, (via_1,)], "b": owned_by_1}
+    out["nested_args"] = rpc.rpc_sync(3, h.inspect_nested, (box,))
+    out["remote_returning_rref"] = rpc.remote(1, h.make_rref, (7,)).to_here().to_here()
+    del owned_by_1, via_1, mine, back, nested, got, box
+    h.drop("mine")
+    h.drop("orig")
+    out["quiet"] = h.wait_quiet([0, 1, 2, 3])
+    return out
+
+
+def chain_of_8(rank: int, world_size: int) -> dict[str, Any]:
+    """An RRef forwarded along 8 hops (user to user, through the owner too), both verbs."""
+    if rank != 0:
+        return {}
+    rref = rpc.remote(1, h.add, (np.arange(4), 10))
+    path = [2, 3, 1, 0, 2, 3, 0, 2]  # 8 hops; 1 is the owner
+    seen, value = rpc.rpc_sync(path[0], h.hop, (rref, path[1:], ["worker0"]))
+    owned = rpc.RRef("owned by 0")
+    via_remote = rpc.remote(path[0], h.hop_remote, (owned, path[1:])).to_here()
+    del rref, owned
+    return {
+        "seen": seen,
+        "value": value.tolist(),
+        "via_remote": via_remote,
+        "quiet": h.wait_quiet([0, 1, 2, 3]),
+    }
+
+
+def api_surface(rank: int, world_size: int) -> dict[str, Any]:
+    """to_here, local_value, owner, repr, pickling, proxies, equality, confirmation."""
+    if rank != 0:
+        return {}
+    out: dict[str, Any] = {}
+    user = rpc.remote(1, h.Counter2)
+    assert user.to_here().n == 0
+    try:
+        user.local_value()
+    except RRefError as exc:
+        out["local_value_error"] = str(exc)
+    out["owner"] = [user.owner().name, user.owner().id, user.owner_name(), user.is_owner()]
+    out["repr"] = repr(user)
+    try:
+        pickle.dumps(user)
+    except RRefError as exc:
+        out["pickle_error"] = str(exc)
+    sync = user.rpc_sync()
+    out["proxy_sync"] = [sync.bump(), sync.bump(by=5)]  # reusable
+    out["proxy_async"] = user.rpc_async().bump(2).wait()
+    out["proxy_remote"] = user.remote().bump(3).to_here()
+    out["proxy_async_execution"] = user.rpc_sync().bump_later(10)
+    try:
+        user.rpc_sync().no_such_method()
+    except AttributeError as exc:
+        out["attribute_error"] = "no_such_method" in str(exc)
+    local = rpc.RRef(h.Counter2(), type_hint=h.Counter2)
+    out["local"] = [local.is_owner(), local.confirmed_by_owner(), repr(local)]
+    out["local_proxy"] = local.rpc_sync().bump(4)
+    try:
+        local.rpc_sync().no_such_method
+    except AttributeError:
+        out["local_attribute_error"] = True
+    out["equal"] = [local == local, user != local, len({user, user})]
+    out["confirmed"] = user.confirmed_by_owner()
+    del user, sync, local
+    out["quiet"] = h.wait_quiet([0, 1])
+    return out
+
+
+def creation_errors(rank: int, world_size: int) -> dict[str, Any]:
+    """Creation errors at the next use, creation timeouts, to_here timeouts."""
+    if rank != 0:
+        return {}
+    out: dict[str, Any] = {}
+    bad = rpc.remote(1, h.fail_with_value_error, ("boom",))
+    uses = {
+        "to_here": lambda r: r.to_here(),
+        "fork": lambda r: rpc.rpc_sync(2, h.identity, (r,)),
+        "proxy": lambda r: r.rpc_sync().anything(),
+    }
+    for what, use in uses.items():
+        try:
+            use(bad)
+            out[what] = "no error"
+        except ValueError as exc:
+            out[what] = ("ValueError", "boom" in str(exc))
+    slow = rpc.remote(1, h.sleep_then, (3.0, "late"), timeout=0.5)
+    try:
+        slow.to_here()
+        out["creation_timeout"] = "no error"
+    except RpcTimeoutError as exc:
+        out["creation_timeout"] = str(exc)
+    patient = rpc.remote(1, h.sleep_then, (2.0, "ok"), timeout=0)
+    try:
+        patient.to_here(timeout=0.3)
+        out["to_here_timeout"] = "no error"
+    except RpcTimeoutError as exc:
+        out["to_here_timeout"] = str(exc)
+    out["to_here_later"] = patient.to_here(timeout=30)
+    to_self = rpc.remote(0, h.fail_with_value_error, ("self-boom",))
+    try:
+        to_self.to_here()
+    except ValueError as exc:
+        out["to_self_error"] = str(exc)
+    out["to_self"] = rpc.remote(0, h.add, (2, 3)).to_here()
+    del bad, slow, patient, to_self
+    out["quiet"] = h.wait_quiet([0, 1, 2])
+    return out
+
+
+def backward_paths(rank: int, world_size: int) -> dict[str, Any]:
+    """RRef.backward: a local backward on the owner, and inside a dist-autograd context."""
+    if rank != 0:
+        return {}
+    from gradwire.distributed import autograd as dist_autograd
+
+    loss = rpc.remote(1, h.scalar_loss)
+    loss.backward()
+    out = {"local": rpc.rpc_sync(1, h.w_grad)}
+    loss2 = rpc.remote(1, h.scalar_loss)
+    with dist_autograd.context() as ctx_id:
+        loss2.backward(ctx_id)
+        out["dist"] = rpc.rpc_sync(1, h.w_dist_grad, (ctx_id,))
+    mine = rpc.RRef(gw.ones(3, requires_grad=True).sum())
+    mine.backward()
+    out["owner"] = True
+    del loss, loss2, mine
+    out["quiet"] = h.wait_quiet([0, 1])
+    return out
+
+
+def inspection(rank: int, world_size: int) -> dict[str, Any]:
+    """get_debug_info counters while forks are alive, and the WatchControl stream."""
+    if rank != 0:
+        return {}
+    rpc.rpc_sync(1, h.start_watch)
+    rref = rpc.remote(1, h.identity, ("watched",))
+    rref.to_here()
+    rpc.rpc_sync(2, h.keep, ("held", rref))  # worker2 keeps a fork
+    counters = {w: rpc.rpc_sync(w, h.counters) for w in (0, 1, 2)}
+    rpc.rpc_sync(2, h.drop, ("held",))
+    del rref
+    quiet = h.wait_quiet([0, 1, 2])
+    events = rpc.rpc_sync(1, h.stop_watch)
+    return {"counters": counters, "events": events, "quiet": quiet}
+
+
+def faults(rank: int, world_size: int, n: int, phase: str) -> dict[str, Any]:
+    """The scenarios with the first ``n`` control messages of each kind failed on every
+    worker (``phase`` "before": lost; "after": processed, answer lost, so duplicated)."""
+    if rank != 0:
+        return {}
+    for w in range(world_size):
+        rpc.rpc_sync(w, h.install_faults, (n, phase))
+    rref = rpc.remote(1, h.add, (np.ones(2), 1))
+    value = rref.to_here().tolist()
+    seen, hopped = rpc.rpc_sync(2, h.hop, (rref, [3, 1, 0, 2], ["worker0"]))
+    local = rpc.RRef("mine")
+    got = rpc.rpc_sync(2, h.inspect_rref, (local,))
+    del rref, local
+    quiet = h.wait_quiet(list(range(world_size)))
+    counts = {w: rpc.rpc_sync(w, h.fault_counts) for w in range(world_size)}
+    return {
+        "value": value,
+        "seen": seen,
+        "hopped": hopped.tolist(),
+        "got": got,
+        "quiet": quiet,
+        "counts": counts,
+    }
+
+
+# -- shutdown ------------------------------------------------------------------------------
+
+
+def shutdown_drain(rank: int, world_size: int) -> dict[str, Any]:
+    """Shutdown right after sharing RRefs, with live UserRRefs and RRefs in cycles: every
+    owner ends with nothing referenced (the strict leak check would raise otherwise)."""
+    kept: list[Any] = []
+    if rank == 0:
+        rref = rpc.remote(1, h.identity, ("x",))
+        kept.append(rref)  # a live UserRRef at shutdown: deleted by the drain
+        cycle: list[Any] = [rpc.remote(2, h.identity, ("cyc",))]
+        cycle.append(cycle)  # an RRef in a reference cycle
+        rpc.rpc_async(2, h.keep, ("from0", rref))  # a fork in flight
+        del cycle
+    rpc.shutdown()
+    out: dict[str, Any] = {"rank": rank}
+    if rank == 0:
+        try:
+            kept[0].to_here()
+        except RRefError as exc:
+            out["after_shutdown"] = str(exc)
+    return out
+
+
+def shutdown_leak(rank: int, world_size: int, mode: str) -> dict[str, Any]:
+    """Rank 1 keeps an OwnerRRef in a global at shutdown: the leak check reports it."""
+    import logging
+
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    logging.getLogger("gradwire").addHandler(Keep(logging.WARNING))
+    if rank == 1:
+        h.keep("leak", rpc.RRef("leaked"))
+    gc.collect()
+    try:
+        rpc.shutdown()
+    except RRefError as exc:
+        return {"rank": rank, "error": type(exc).__name__, "message": str(exc)}
+    return {"rank": rank, "error": None, "warnings": [r for r in records if "still" in r]}

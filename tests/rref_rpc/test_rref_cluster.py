@@ -1,0 +1,163 @@
+"""RRefs across 3 or 4 real worker processes (run_cluster): scenarios, API, chains, errors."""
+
+from __future__ import annotations
+
+import pytest
+from gradwire.distributed.rpc._testing import run_cluster
+
+from . import bodies
+
+QUIET = {"num_owner_rrefs": 0, "num_pending_users": 0, "num_pending_children": 0, "num_forks": 0}
+OPTIONS = {"rpc_timeout": 30.0, "rref_leak_check": "error"}
+
+
+def _rank0(world_size: int, body, *args, **kw):  # type: ignore[no-untyped-def]
+    kw.setdefault("options", OPTIONS)
+    return run_cluster(world_size, body, *args, timeout=90, **kw)[0].value
+
+
+def _assert_quiet(quiet: dict[int, dict[str, int]]) -> None:
+    for worker, counters in quiet.items():
+        assert all(v == 0 for v in counters.values()), (worker, counters)
+
+
+def test_the_four_scenarios_of_the_seed():
+    out = _rank0(3, bodies.seed_scenarios)
+    assert out["to_here"] == [2.0, 2.0] and out["confirmed"] is True
+    arg = out["arg_to_owner"]
+    assert arg["worker"] == "worker1" and arg["is_owner"] and arg["value"].tolist() == [2.0, 2.0]
+    u2u = out["user_to_user"]
+    assert u2u["worker"] == "worker2" and not u2u["is_owner"]
+    assert u2u["confirmed"] is True  # the function ran only once the owner confirmed the fork
+    assert u2u["owner"] == "worker1" and u2u["value"].tolist() == [2.0, 2.0]
+    o2u = out["owner_to_user"]
+    assert o2u == {
+        "worker": "worker2",
+        "is_owner": False,
+        "confirmed": True,
+        "value": "data",
+        "owner": "worker0",
+    }
+    _assert_quiet(out["quiet"])
+
+
+def test_rrefs_as_return_values_in_every_direction_and_nested():
+    out = _rank0(4, bodies.return_values)
+    assert out["owner_to_user"] == [False, "worker1", "from-1"]
+    assert out["user_to_user"] == ["worker2", "on-2"]
+    assert out["back_to_owner"] == [True, True, True]
+    assert out["owner_check"] == [True, True, True]
+    assert out["nested_from_remote"] == ["from-1", "on-2"]
+    assert out["nested_args"] == [(True, "from-1"), (True, "on-2"), (True, "from-1"), True]
+    assert out["remote_returning_rref"] == 7
+    _assert_quiet(out["quiet"])
+
+
+def test_an_rref_forwarded_along_eight_hops():
+    out = _rank0(4, bodies.chain_of_8)
+    assert out["seen"] == [
+        "worker0",
+        "worker2",
+        "worker3",
+        "worker1",
+        "worker0",
+        "worker2",
+        "worker3",
+        "worker0",
+        "worker2",
+    ]
+    assert out["value"] == [10, 11, 12, 13]
+    assert out["via_remote"] == "owned by 0"
+    _assert_quiet(out["quiet"])
+
+
+def test_the_rref_api():
+    out = _rank0(3, bodies.api_surface)
+    msg = out["local_value_error"]
+    assert "worker0" in msg and "worker1" in msg and "to_here()" in msg
+    assert out["owner"] == ["worker1", 1, "worker1", False]
+    assert "RRefId = 0:" in out["repr"] and "ForkId = 0:" in out["repr"]
+    assert "cannot be pickled outside an RPC" in out["pickle_error"]
+    assert out["proxy_sync"] == [1, 6]
+    assert out["proxy_async"] == 8
+    assert out["proxy_remote"] == 11
+    assert out["proxy_async_execution"] == 21
+    assert out["attribute_error"] is True
+    assert out["local"][:2] == [True, True] and "OwnerRRef(RRefId = 0:" in out["local"][2]
+    assert out["local_proxy"] == 4
+    assert out["local_attribute_error"] is True
+    assert out["equal"] == [True, True, 1]
+    assert out["confirmed"] is True
+    _assert_quiet(out["quiet"])
+
+
+def test_creation_errors_and_timeouts():
+    out = _rank0(3, bodies.creation_errors)
+    for use in ("to_here", "fork", "proxy"):
+        assert out[use] == ("ValueError", True), (use, out[use])
+    assert "RRef creation timed out" in out["creation_timeout"]
+    assert "to_here() to worker 'worker1' timed out" in out["to_here_timeout"]
+    assert out["to_here_later"] == "ok"
+    assert "self-boom" in out["to_self_error"]
+    assert out["to_self"] == 5
+    _assert_quiet(out["quiet"])
+
+
+def test_backward_on_the_owner_locally_and_in_a_dist_autograd_context():
+    out = _rank0(3, bodies.backward_paths)
+    assert out["local"] == [3.0, 3.0]
+    assert out["dist"] == [3.0, 3.0]
+    assert out["owner"] is True
+    _assert_quiet(out["quiet"])
+
+
+def test_debug_counters_and_the_watch_stream():
+    out = _rank0(3, bodies.inspection)
+    counters = out["counters"]
+    assert counters[1]["num_owner_rrefs"] == 1 and counters[1]["num_forks"] == 2, counters
+    assert counters[0]["num_users"] == 1 and counters[2]["num_users"] == 1, counters
+    _assert_quiet(out["quiet"])
+    kinds = {(k, d, p) for k, d, p, _r, _f in out["events"]}
+    for expected in (
+        ("RemoteCall", "received", "worker0"),
+        ("RemoteAck", "sent", "worker0"),
+        ("ForkRequest", "received", "worker2"),
+        ("ForkAccepted", "sent", "worker2"),
+        ("RRefDelete", "received", "worker0"),
+        ("RRefDelete", "received", "worker2"),
+    ):
+        assert expected in kinds, (expected, sorted(kinds))
+    assert all(r.startswith("0:") for k, _d, _p, r, _f in out["events"] if k != "FetchRRef")
+
+
+@pytest.mark.parametrize("phase", ["before", "after"])
+def test_retries_over_real_grpc_when_the_first_control_messages_fail(phase):
+    out = _rank0(4, bodies.faults, 2, phase)
+    assert out["value"] == [2.0, 2.0] and out["hopped"] == [2.0, 2.0]
+    assert out["seen"] == ["worker0", "worker2", "worker3", "worker1", "worker0", "worker2"]
+    assert out["got"]["confirmed"] is True and out["got"]["value"] == "mine"
+    _assert_quiet(out["quiet"])
+    total = {}
+    for counts in out["counts"].values():
+        for k, v in counts.items():
+            total[k] = total.get(k, 0) + v
+    for kind in ("RemoteCall", "ForkRequest", "ChildAck", "RRefDelete"):
+        assert total.get(kind, 0) > 2, (kind, total)  # failed attempts really happened
+
+
+def test_shutdown_drains_live_user_rrefs_cycles_and_forks_in_flight():
+    results = run_cluster(3, bodies.shutdown_drain, timeout=90, options=OPTIONS)
+    assert all(r.value["rank"] == r.rank for r in results)
+    assert "shut down" in results[0].value["after_shutdown"]
+
+
+def test_the_leak_check_warns_or_fails():
+    strict = run_cluster(3, bodies.shutdown_leak, "error", timeout=90, options=OPTIONS)
+    assert strict[1].value["error"] == "RRefLeakError"
+    assert "1 OwnerRRef(s) still referenced" in strict[1].value["message"]
+    assert strict[0].value["error"] is None and strict[2].value["error"] is None
+    lenient = run_cluster(
+        3, bodies.shutdown_leak, "warn", timeout=90, options={"rpc_timeout": 30.0}
+    )
+    assert lenient[1].value["error"] is None
+    assert any("OwnerRRef(s) still referenced" in w for w in lenient[1].value["warnings"])
