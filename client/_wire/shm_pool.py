@@ -21,7 +21,9 @@ never writes it again; the memory goes when the last mapping does, and the segme
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import secrets
 import threading
 import time
@@ -210,6 +212,13 @@ class SegmentPool:
             if self._bytes + capacity > self.max_bytes:
                 return None
         seg = _segment.create(DATA_OFFSET + capacity, "file_system")
+        if not _reserve(seg):
+            log.warning(
+                "no room in /dev/shm for a %d-byte segment to %s; sending through the stream",
+                capacity,
+                self.peer,
+            )
+            return None
         entry = _Entry(seg, capacity, seg.ndarray(np.int64, (1,)))
         self._entries[seg.seg_id] = entry
         self._bytes += capacity
@@ -220,3 +229,18 @@ class SegmentPool:
         entry = self._entries.pop(seg_id)
         self._bytes -= entry.capacity
         self.retired += 1
+
+
+def _reserve(seg: Any) -> bool:
+    """Allocate the segment's pages now: a full /dev/shm (Docker's default is 64 MB) then means
+    False here instead of SIGBUS in the middle of a copy. Costs no more than faulting them in."""
+    from ..multiprocessing import _posix
+
+    fd = _posix.shm_open(seg.name, os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, _posix.HEADER + seg.size)
+    except OSError as exc:
+        return exc.errno != errno.ENOSPC  # a file system without fallocate: go ahead
+    finally:
+        os.close(fd)
+    return True

@@ -211,3 +211,21 @@ def test_idle_free_segments_are_retired_at_the_next_send(pool: SegmentPool) -> N
     assert second is not None and second.seg_id != first.seg_id
     assert pool.stats()["segments"] == 1 and pool.stats()["retired"] == 1
     assert not os.path.exists(os.path.join(SHM_DIR, first.name))
+
+
+def test_full_dev_shm_streams_instead_of_crashing(
+    pool: SegmentPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from gradwire._wire import shm_pool
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(shm_pool.os, "posix_fallocate", no_space)
+    before = set(os.listdir(SHM_DIR))
+    (a,), first = _roundtrip((np.ones(MiB // 8),))
+    assert not first.payload.tensors[0].HasField("shm") and a.sum() == MiB // 8
+    assert pool.stats()["segments"] == 0 and pool.stats()["full"] == 1
+    assert set(os.listdir(SHM_DIR)) - before == set()  # the unusable segment is gone
