@@ -124,7 +124,8 @@ class RRefService:
                 log.error("RRef protocol produced %r, which is not a request; dropped", msg)
                 continue
             if isinstance(msg, RRefDelete):
-                self._parents.pop(msg.fork_id, None)
+                with self._lock:
+                    self._parents.pop(msg.fork_id, None)
             self.emit(msg.kind.value, "sent", msg.rref_id, msg.fork_id, msg.dest)
             self.track(1)
             try:
@@ -242,14 +243,16 @@ class RRefService:
         """Become the fork a received payload carries; send what the protocol asks."""
         handle, messages = self.protocol.receive_fork(data)
         if not handle.is_owner:
-            self._parents[data.fork_id] = data.parent_id
+            with self._lock:
+                self._parents[data.fork_id] = data.parent_id
         self.send(messages)
         return handle
 
     def note_remote(self, handle: RRefHandle) -> None:
         """A remote() caller's own fork (for the inspect JSON: its parent is the owner)."""
         if handle.fork_id is not None:
-            self._parents[handle.fork_id] = handle.owner_id
+            with self._lock:
+                self._parents[handle.fork_id] = handle.owner_id
 
     def parent_of(self, fork_id: GloballyUniqueId) -> int | None:
         """The worker that sent us fork ``fork_id`` (the owner for a remote() result)."""
@@ -257,8 +260,9 @@ class RRefService:
 
     def forget_parents_except(self, live: set[GloballyUniqueId]) -> None:
         """Drop the parents of forks no longer held (inspection bookkeeping)."""
-        for stale in set(self._parents) - live:
-            self._parents.pop(stale, None)
+        with self._lock:
+            for stale in set(self._parents) - live:
+                del self._parents[stale]
 
     def abandon_payload(self, ctx: EncodeContext) -> None:
         """The payload encoded with ``ctx`` certainly never left: give its forks back."""
@@ -352,7 +356,8 @@ class RRefService:
 
     def enqueue_release(self, handle: RRefHandle) -> None:
         """Called by a finalizer (maybe inside GC): release ``handle`` on the release thread."""
-        self._releases.put(handle)
+        if not self.closed:
+            self._releases.put(handle)
 
     def flush_releases(self, timeout: float) -> bool:
         """Wait until every release enqueued so far was processed (True) or ``timeout``."""

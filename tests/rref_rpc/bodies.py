@@ -180,6 +180,13 @@ def backward_paths(rank: int, world_size: int) -> dict[str, Any]:
     with dist_autograd.context() as ctx_id:
         loss2.backward(ctx_id)
         out["dist"] = rpc.rpc_sync(1, h.w_dist_grad, (ctx_id,))
+    # remote() and to_here() inside a context record send/recv pairs: gradients flow back
+    # through the fetched value to the owner and through the RemoteCall's argument to here.
+    x = gw.ones(2, requires_grad=True)
+    with dist_autograd.context() as ctx_id:
+        y = rpc.remote(1, h.double, (x,)).to_here()
+        dist_autograd.backward(ctx_id, [(y * 5).sum()])
+        out["through_remote"] = dist_autograd.get_gradients(ctx_id)[x].numpy().tolist()
     mine = rpc.RRef(gw.ones(3, requires_grad=True).sum())
     mine.backward()
     out["owner"] = True

@@ -152,6 +152,10 @@ def scalar_loss() -> gw.Tensor:
     return (w * 3).sum()
 
 
+def double(x: gw.Tensor) -> gw.Tensor:
+    return x * 2
+
+
 def w_grad() -> Any:
     g = _state["w"].grad
     return None if g is None else g.numpy().tolist()

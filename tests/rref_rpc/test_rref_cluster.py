@@ -107,6 +107,7 @@ def test_backward_on_the_owner_locally_and_in_a_dist_autograd_context():
     out = _rank0(3, bodies.backward_paths)
     assert out["local"] == [3.0, 3.0]
     assert out["dist"] == [3.0, 3.0]
+    assert out["through_remote"] == [10.0, 10.0]
     assert out["owner"] is True
     _assert_quiet(out["quiet"])
 
