@@ -39,6 +39,7 @@ from ..errors import (
     WorkerUnavailableError,
 )
 from . import loop as io
+from . import shm_route
 from .callee import Callee
 from .caller import Caller
 from .options import NO_TIMEOUT, UNSET_RPC_TIMEOUT, GrpcRpcBackendOptions
@@ -453,6 +454,7 @@ class Agent:
             "serving_threads": self.pool.num_threads,
             **self.autograd.debug_info(),
             **self.rref.debug_info(),
+            **shm_route.debug_info(self),
             "peers": [
                 {
                     "name": p.name,

@@ -18,7 +18,7 @@ from .._wire.shm_pool import SegmentPool
 if TYPE_CHECKING:
     from .agent import Agent, AgentState
 
-__all__ = ["route", "pool_stats", "STALE_SECONDS"]
+__all__ = ["route", "pool_stats", "debug_info", "STALE_SECONDS"]
 
 #: A segment whose receiver has not taken it after this long is retired (at least; twice the
 #: call timeout when that is longer).
@@ -72,14 +72,21 @@ def _on_state(agent: Agent, state: AgentState) -> None:
             shm.forget(pool)
 
 
-def pool_stats() -> dict[str, dict[str, int]]:
-    """Per peer, the current agent's pool counters (segments, bytes, created, reused, ...)."""
+def pool_stats(agent: Agent | None = None) -> dict[str, dict[str, int]]:
+    """Per same-host peer, the pool counters (segments, bytes, created, reused, retired, full)
+    of ``agent`` (default: the current one)."""
     from .agent import current_or_none
 
-    agent = current_or_none()
+    agent = agent or current_or_none()
     with _lock:
         pools = dict(_pools.get(agent, {})) if agent is not None else {}
     return {name: pool.stats() for name, pool in pools.items() if pool is not None}
+
+
+def debug_info(agent: Agent) -> dict[str, object]:
+    """The ``shm_transfer`` entry of ``Agent.debug_info()``: this process' counters (tensors and
+    bytes sent / received through shared memory, ``fallback``) and the agent's pools."""
+    return {"shm_transfer": {"counters": shm.stats(), "pools": pool_stats(agent)}}
 
 
 shm.set_route(route)

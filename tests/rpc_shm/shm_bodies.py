@@ -97,6 +97,7 @@ def same_host_and_threshold(rank: int, world_size: int) -> Any:
         "after_small": after_small,
         "end": (stats(), rpc.rpc_sync(1, stats)),
         "dial": rpc.get_debug_info()["peers"][1]["address"],
+        "debug": rpc.get_debug_info()["shm_transfer"],
     }
 
 

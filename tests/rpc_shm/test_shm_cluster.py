@@ -53,6 +53,8 @@ def test_same_host_uses_shm_above_threshold_only(manager_env: dict[str, str]) ->
     assert callee["sent"] == 3 and caller["received"] == 3
     assert caller["sent_bytes"] == (3 + 2 + 2) << 20
     assert out["dial"].startswith("unix:")
+    assert out["debug"]["counters"]["sent"] == 3
+    assert out["debug"]["pools"]["worker1"]["created"] >= 1
     assert _leftovers(manager_env[ENV_VAR]) == []
 
 
