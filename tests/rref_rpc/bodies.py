@@ -116,7 +116,7 @@ def api_surface(rank: int, world_size: int) -> dict[str, Any]:
     out["local"] = [local.is_owner(), local.confirmed_by_owner(), repr(local)]
     out["local_proxy"] = local.rpc_sync().bump(4)
     try:
-        local.rpc_sync().no_such_method
+        out["local_attribute"] = local.rpc_sync().no_such_method
     except AttributeError:
         out["local_attribute_error"] = True
     out["equal"] = [local == local, user != local, len({user, user})]
@@ -279,3 +279,59 @@ def shutdown_leak(rank: int, world_size: int, mode: str) -> dict[str, Any]:
     except RRefError as exc:
         return {"rank": rank, "error": type(exc).__name__, "message": str(exc)}
     return {"rank": rank, "error": None, "warnings": [r for r in records if "still" in r]}
+
+
+def random_program(rank: int, world_size: int, seed: int, steps: int, p: float) -> dict[str, Any]:
+    """A random program of creations, forks (user to user, to and from owners), uses and
+    deletes, with control messages failing at random (lost or duplicated) on every worker."""
+    import random
+
+    if rank != 0:
+        return {}
+    for w in range(world_size):
+        rpc.rpc_sync(w, h.install_random_faults, (seed * 100 + w, p))
+    rng = random.Random(seed)
+    live: list[tuple[Any, int]] = []  # (RRef, its value)
+    held: list[tuple[int, str]] = []  # (worker, key) of forks kept on other workers
+    checks = 0
+    for step in range(steps):
+        op = rng.choice(["remote", "local", "return", "share", "hop", "use", "drop", "drop"])
+        dest = rng.randrange(world_size)
+        if op == "remote" or not live:
+            live.append((rpc.remote(rng.randrange(world_size), h.identity, (step,)), step))
+        elif op == "local":
+            live.append((rpc.RRef(step), step))
+        elif op == "return":
+            live.append(
+                (rpc.rpc_sync(dest, h.make_remote, (rng.randrange(world_size), step)), step)
+            )
+        elif op == "share":
+            rref, _ = rng.choice(live)
+            rpc.rpc_sync(dest, h.keep, (f"k{step}", rref))
+            held.append((dest, f"k{step}"))
+        elif op == "hop":
+            rref, value = rng.choice(live)
+            path = [rng.randrange(world_size) for _ in range(rng.randrange(3))]
+            _, got = rpc.rpc_sync(dest, h.hop, (rref, path, ["worker0"]))
+            checks += int(got == value)
+        elif op == "use":
+            rref, value = rng.choice(live)
+            assert rpc.rpc_sync(dest, h.check_value, (rref, value)), (step, rref)
+            checks += 1
+        elif op == "drop":
+            if held and rng.random() < 0.5:
+                worker, key = held.pop(rng.randrange(len(held)))
+                rpc.rpc_sync(worker, h.drop, (key,))
+            else:
+                live.pop(rng.randrange(len(live)))
+    for worker, key in held:
+        rpc.rpc_sync(worker, h.drop, (key,))
+    live.clear()
+    rref = None  # the loop's last RRef
+    quiet = h.wait_quiet(list(range(world_size)), timeout=15)
+    counts = {w: rpc.rpc_sync(w, h.fault_counts) for w in range(world_size)}
+    return {
+        "checks": checks,
+        "quiet": quiet,
+        "failures": sum(sum(c.values()) for c in counts.values()),
+    }

@@ -243,3 +243,34 @@ def install_faults(n: int, phase: str) -> None:
 def fault_counts() -> dict[str, int]:
     fault = _agent.current().rref.fault
     return dict(fault.count) if fault is not None else {}
+
+
+class FailRandomly:
+    """Fail each control message with probability ``p``: half before processing (lost), half
+    after (processed, answer lost: the retry is a duplicate). Seeded per worker."""
+
+    def __init__(self, seed: int, p: float) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+        self.p = p
+        self.count: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def __call__(self, method: str, phase: str) -> None:
+        with self.lock:
+            fail = self.rng.random() < self.p / 2
+            if fail:
+                self.count[method] += 1
+        if fail:
+            raise WorkerUnavailableError(f"injected failure of {method} ({phase})")
+
+
+def install_random_faults(seed: int, p: float) -> None:
+    _agent.current().rref.fault = FailRandomly(seed, p)
+
+
+def check_value(rref: rpc.RRef[Any], expected: Any) -> bool:
+    """The received RRef is confirmed and holds ``expected``."""
+    value = rref.local_value() if rref.is_owner() else rref.to_here()
+    return bool(rref.confirmed_by_owner() and value == expected)

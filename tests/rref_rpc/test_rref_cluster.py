@@ -162,3 +162,19 @@ def test_the_leak_check_warns_or_fails():
     )
     assert lenient[1].value["error"] is None
     assert any("OwnerRRef(s) still referenced" in w for w in lenient[1].value["warnings"])
+
+
+def _random_run(seed: int, steps: int) -> None:
+    out = _rank0(4, bodies.random_program, seed, steps, 0.3)
+    _assert_quiet(out["quiet"])
+    assert out["failures"] > 0 and out["checks"] > 0, out
+
+
+def test_a_random_program_with_random_control_failures():
+    _random_run(seed=1, steps=60)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2, 12))
+def test_random_programs_with_random_control_failures_soak(seed):
+    _random_run(seed, steps=300)
