@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from .._proto import worker_pb2 as pb
-from .._wire import calls
+from .._wire import calls, shm
 from .._wire.exceptions import decode_exception
 from .._wire.framing import Assembler, Frame, Message, split
 from .._wire.pickler import EncodeContext
@@ -58,6 +58,8 @@ class Caller:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.pending: dict[int, Future[Any]] = {}
+        #: Shared-memory tensors of pending calls, given back to their pool when the call ends.
+        self._shm_sent: dict[int, list[pb.TensorMeta]] = {}
 
     def call(
         self,
@@ -112,13 +114,17 @@ class Caller:
         except BaseException:
             # Nothing left: give back the RRef forks made while encoding the arguments.
             agent.rref.abandon_payload(ctx)
+            shm.cancel(meta for meta, _ in ctx.tensors)  # and the shared-memory segments
             raise
         hooks.send_call(first.call, ctx.objects.get("T", []), peer.id)
         what = f"rpc to {name}"
         fut: Future[Any] = Future()
         call = first.call
+        shared = [m for m in first.payload.tensors if m.HasField("shm")]
         with self._lock:
             self.pending[call.message_id] = fut
+            if shared:
+                self._shm_sent[call.message_id] = shared
         started = time.monotonic()
         single = size <= agent.options.single_frame_bytes
         if single:
@@ -267,6 +273,11 @@ class Caller:
     def _forget(self, message_id: int) -> None:
         with self._lock:
             self.pending.pop(message_id, None)
+            shared = self._shm_sent.pop(message_id, None)
+        if shared:
+            # Frees the segments of a call the callee never took (refused, peer dead); a no-op
+            # for those it took, whose tickets it already cleared (see gradwire._wire.shm).
+            shm.cancel(shared)
 
     def fail_all(self, reason: str) -> None:
         """Fail every pending call with RpcShutdownError (non-graceful shutdown)."""

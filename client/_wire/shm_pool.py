@@ -149,10 +149,12 @@ class SegmentPool:
             self._bytes = 0
 
     def stats(self) -> dict[str, int]:
-        """Segments held, bytes held, and the created/reused/retired/full counters."""
+        """Segments held, bytes held, segments in flight (ticket not yet taken), and the
+        created/reused/retired/full counters."""
         with self._lock:
             return {
                 "segments": len(self._entries),
+                "in_flight": sum(e.in_flight() for e in self._entries.values()),
                 "bytes": self._bytes,
                 "created": self.created,
                 "reused": self.reused,

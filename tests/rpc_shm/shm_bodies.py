@@ -175,25 +175,31 @@ def concurrent_reuse(rank: int, world_size: int, calls: int) -> Any:
 
 
 def kill_mid_transfer(rank: int, world_size: int, victim: int) -> Any:
-    """Both ranks stream 32 MiB echoes at each other; ``victim`` SIGKILLs itself meanwhile."""
-    other = 1 - rank
+    """The survivor streams 32 MiB echoes (3 in flight) at ``victim``, which SIGKILLs itself
+    after a second: it dies while receiving arguments and sending replies."""
     if rank == victim:
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        time.sleep(30)
+        return None
     from gradwire.multiprocessing._shm_manager import ENV_VAR, SHM_DIR, segment_prefix
 
     pattern = os.path.join(SHM_DIR, segment_prefix(os.environ[ENV_VAR]) + "*")
     x = np.ones(32 * MiB // 8)
     deadline = time.monotonic() + 20
     done = seen = 0
-    while time.monotonic() < deadline:
-        futs = [rpc.rpc_async(other, echo, (x,)) for _ in range(3)]
-        try:
-            wait_all(futs)
-        except Exception as exc:  # noqa: BLE001 - the peer died: what this test is about
-            return {"done": done, "error": type(exc).__name__, "seen": seen}
-        done += len(futs)
+    error = None
+    while time.monotonic() < deadline and error is None:
+        futs = [rpc.rpc_async(victim, echo, (x,)) for _ in range(3)]
+        for fut in futs:
+            try:
+                fut.wait(30)
+                done += 1
+            except Exception as exc:  # noqa: BLE001 - the peer died: what this test is about
+                error = type(exc).__name__
         seen = max(seen, len(glob.glob(pattern)))
-    return {"done": done, "error": None, "seen": seen}
+    # Calls the dead peer never took gave their segments back to this worker's pool.
+    left = pool_stats().get(f"worker{victim}", {}).get("in_flight", -1)
+    return {"done": done, "error": error, "seen": seen, "in_flight": left}
 
 
 def to_here_by_value(rank: int, world_size: int) -> Any:

@@ -113,6 +113,7 @@ def test_kill_9_mid_transfer_leaves_nothing(manager_env: dict[str, str], victim:
     assert survivor.value["error"] is not None  # the peer died while transfers were running
     assert survivor.value["done"] > 0
     assert survivor.value["seen"] >= 2  # segments of this manager existed while transfers ran
+    assert survivor.value["in_flight"] == 0  # the failed calls gave their segments back
     assert _leftovers(manager_env[ENV_VAR]) == []
 
 
