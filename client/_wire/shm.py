@@ -24,8 +24,11 @@ By-value semantics, as with PyTorch RPC (neither side sees the other's later wri
 
 No leaks: every reference on a segment belongs to a mapping registered with the segment manager
 of :mod:`gradwire.multiprocessing` (the receiver adds its own before mapping), which gives back
-the references of a process killed mid-transfer; a segment whose ticket is never taken is retired
-by the sender's pool after ``stale_seconds``.
+the references of a process killed mid-transfer. The caller cancels (:func:`cancel`) the segments of
+every call that ends: harmless for those the callee took (their tickets are already cleared),
+and it frees those the callee never took; a receiver that arrives late finds another ticket and
+refuses the data. A reply segment whose ticket is never taken is retired by the callee's pool
+after ``stale_seconds``.
 """
 
 from __future__ import annotations
@@ -91,7 +94,11 @@ def offer(peer: str, arr: np.ndarray) -> pb.SharedMemoryRef | None:
 
 
 def cancel(metas: Iterable[pb.TensorMeta]) -> None:
-    """Give back the segments of a message that will not be sent (its encoding failed)."""
+    """Give back the segments of a message whose transfer is over or will not happen.
+
+    Safe at any time: a segment is only freed if it still holds the message's ticket, and a
+    receiver that maps it afterwards sees a different ticket and refuses it.
+    """
     for meta in metas:
         if meta.HasField("shm"):
             with _lock:
