@@ -24,10 +24,10 @@ By-value semantics, as with PyTorch RPC (neither side sees the other's later wri
 
 No leaks: every reference on a segment belongs to a mapping registered with the segment manager
 of :mod:`gradwire.multiprocessing` (the receiver adds its own before mapping), which gives back
-the references of a process killed mid-transfer. The caller cancels (:func:`cancel`) the segments of
-every call that ends: harmless for those the callee took (their tickets are already cleared),
-and it frees those the callee never took; a receiver that arrives late finds another ticket and
-refuses the data. A reply segment whose ticket is never taken is retired by the callee's pool
+the references of a process killed mid-transfer. The caller cancels (:func:`cancel`) the
+segments of every call that ends: harmless for those the callee took (their tickets are already
+cleared), and it frees those the callee never took; a receiver that arrives late finds another
+ticket and refuses the data. A reply segment whose ticket is never taken is retired by the callee's pool
 after ``stale_seconds``.
 """
 
