@@ -8,6 +8,7 @@ shuts down. Importing this module installs the route (``gradwire._runtime`` does
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from typing import TYPE_CHECKING
@@ -41,7 +42,7 @@ def route(peer_name: str) -> SegmentPool | None:
         pools = _pools.get(agent)
         if pools is None:
             pools = _pools[agent] = {}
-            agent.add_state_listener(lambda state, a=agent: _on_state(a, state))  # type: ignore[misc]
+            agent.add_state_listener(functools.partial(_on_state, agent))
         if peer_name not in pools:
             pools[peer_name] = _new_pool(agent, peer_name)
         return pools[peer_name]

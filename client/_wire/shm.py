@@ -27,8 +27,8 @@ of :mod:`gradwire.multiprocessing` (the receiver adds its own before mapping), w
 the references of a process killed mid-transfer. The caller cancels (:func:`cancel`) the
 segments of every call that ends: harmless for those the callee took (their tickets are already
 cleared), and it frees those the callee never took; a receiver that arrives late finds another
-ticket and refuses the data. A reply segment whose ticket is never taken is retired by the callee's pool
-after ``stale_seconds``.
+ticket and refuses the data. A reply segment whose ticket is never taken is retired by the
+callee's pool after ``stale_seconds``.
 """
 
 from __future__ import annotations
