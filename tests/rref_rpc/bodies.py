@@ -335,3 +335,33 @@ def random_program(rank: int, world_size: int, seed: int, steps: int, p: float) 
         "quiet": quiet,
         "failures": sum(sum(c.values()) for c in counts.values()),
     }
+
+
+def owner_crash(rank: int, world_size: int) -> dict[str, Any]:
+    """The owner dies: using its RRefs becomes an error within the timeout, never a hang."""
+    out: dict[str, Any] = {"rank": rank}
+    if rank == 0:
+        rref = rpc.remote(1, h.identity, ("doomed",))
+        out["before"] = rref.to_here()
+        rpc.rpc_sync(1, h.die_soon)
+        import time
+
+        time.sleep(1.0)
+        for what, use in (
+            ("to_here", lambda r: r.to_here(timeout=5)),
+            ("share", lambda r: rpc.rpc_sync(2, h.inspect_rref, (r,), timeout=8)),
+            ("remote", lambda r: rpc.remote(1, h.identity, (1,), timeout=3).to_here()),
+        ):
+            try:
+                use(rref)
+                out[what] = "no error"
+            except Exception as exc:  # noqa: BLE001 - the test reports the type
+                out[what] = type(exc).__name__
+                out[what + "_msg"] = str(exc)[:300]
+        del rref
+        rpc.rpc_sync(2, h.keep, ("done", True))
+    if rank == 2:
+        h.wait_for("done")
+    if rank != 1:
+        rpc.shutdown(graceful=False)
+    return out

@@ -178,3 +178,21 @@ def test_a_random_program_with_random_control_failures():
 @pytest.mark.parametrize("seed", range(2, 12))
 def test_random_programs_with_random_control_failures_soak(seed):
     _random_run(seed, steps=300)
+
+
+def test_a_dead_owner_makes_its_rrefs_fail_not_hang():
+    results = run_cluster(
+        3,
+        bodies.owner_crash,
+        timeout=90,
+        expect_failure={1},
+        options={"rpc_timeout": 4.0, "rref_leak_check": "off"},
+    )
+    out = results[0].value
+    assert out["before"] == "doomed"
+    assert out["to_here"] in ("WorkerUnavailableError", "RpcTimeoutError"), out
+    # worker2 cannot get its fork confirmed by the dead owner: the function never runs and
+    # the call fails once the ForkRequest's retries are exhausted, naming the dead owner.
+    assert out["share"] == "WorkerUnavailableError", out
+    assert "worker1" in out["share_msg"] and "ForkRequest" in out["share_msg"], out
+    assert out["remote"] in ("WorkerUnavailableError", "RpcTimeoutError"), out
