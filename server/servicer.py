@@ -18,6 +18,7 @@ import grpc
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
 from gradwire._runtime.callee import until_done
+from gradwire._runtime.rref_errors import RRefProtocolError
 from gradwire._runtime.transport import IN_FLIGHT_MARK, SERVICE
 from gradwire._wire.framing import Assembler, Frame, Message, decode_frame, encode_frame, split
 from gradwire.errors import (
@@ -47,6 +48,8 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.UNAVAILABLE, str(exc)
     if isinstance(exc, RpcInitError):
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+    if isinstance(exc, RRefProtocolError):  # a request about an RRef this worker cannot honour
+        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
     if isinstance(exc, NotImplementedError):
         return grpc.StatusCode.UNIMPLEMENTED, str(exc)
     if isinstance(exc, (SerializationError, ValueError)):
@@ -54,13 +57,16 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
 
 
-def _caller_id(context: grpc.aio.ServicerContext) -> int:
+def _caller_id(context: grpc.aio.ServicerContext, world_size: int) -> int:
+    """The caller's worker id from metadata; -1 (anonymous) unless it names a cluster member,
+    so a forged id can never index the worker table (dist autograd remembers callers)."""
     for key, value in context.invocation_metadata() or ():
         if key == CALLER_KEY:
             try:
-                return int(value)
+                caller = int(value)
             except ValueError:
                 break
+            return caller if 0 <= caller < world_size else -1
     return -1
 
 
@@ -109,7 +115,7 @@ class WorkerServicer:
     # -- user calls ----------------------------------------------------------------------------
 
     async def Call(self, frame: Frame, context: grpc.aio.ServicerContext) -> Frame:  # noqa: N802
-        caller = _caller_id(context)
+        caller = _caller_id(context, self._agent.world_size)
         try:
             self._enter(caller)
         except GradwireError as exc:
@@ -136,7 +142,7 @@ class WorkerServicer:
     async def PythonCall(  # noqa: N802
         self, frames: AsyncIterator[Frame], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Frame]:
-        caller = _caller_id(context)
+        caller = _caller_id(context, self._agent.world_size)
         try:
             self._enter(caller)
         except GradwireError as exc:
@@ -165,7 +171,9 @@ class WorkerServicer:
     async def FetchReply(  # noqa: N802
         self, request: pb.FetchReplyRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Frame]:
-        reply = self._agent.callee.take_parked(request.continuation, _caller_id(context))
+        reply = self._agent.callee.take_parked(
+            request.continuation, _caller_id(context, self._agent.world_size)
+        )
         if reply is None:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
@@ -231,7 +239,9 @@ class WorkerServicer:
         try:
             self._check_alive()
             value = await asyncio.wrap_future(
-                self._agent.pool.submit(handler, request, _caller_id(context))
+                self._agent.pool.submit(
+                    handler, request, _caller_id(context, self._agent.world_size)
+                )
             )
             return await _await_value(value)
         except Exception as exc:
@@ -241,7 +251,7 @@ class WorkerServicer:
         self, method: str, frames: AsyncIterator[Frame], context: grpc.aio.ServicerContext
     ) -> Any:
         """Serve a stream-in control method (RemoteCall, PropagateGradients)."""
-        caller = _caller_id(context)
+        caller = _caller_id(context, self._agent.world_size)
         asm = self._assembler(caller)
         try:
             async for frame in frames:
@@ -252,6 +262,30 @@ class WorkerServicer:
         except GradwireError as exc:
             await self._fail(context, exc)
         return await self.control(method, asm.message, context)
+
+    async def framed_control_one(
+        self, method: str, frame: Frame, context: grpc.aio.ServicerContext
+    ) -> Any:
+        """Serve a control method whose message fits in one frame (Remote -> RemoteCall)."""
+        asm = self._assembler(_caller_id(context))
+        try:
+            if not isinstance(frame, Frame):  # a request that did not parse
+                raise SerializationError(str(getattr(frame, "error", "malformed frame")))
+            if not asm.feed(frame):
+                raise SerializationError(f"single-frame {method} without its last frame")
+        except GradwireError as exc:
+            await self._fail(context, exc)
+        return await self.control(method, asm.message, context)
+
+    async def fetch_one(self, request: Any, context: grpc.aio.ServicerContext) -> Frame:
+        """Serve Fetch: the FetchRRef answer in one frame, or parked behind a continuation."""
+        first, buffers = await self.control("FetchRRef", request, context)
+        size = sum(memoryview(b).nbytes for b in buffers)
+        if size <= self._agent.options.single_frame_bytes:
+            return next(split(first, buffers, max(1, size)))
+        parked = self._agent.callee.park((first, buffers), _caller_id(context), None)
+        head = pb.FetchHeader(rref_id=first.fetch.rref_id, continuation=parked.reply.continuation)
+        return Frame(pb.FrameHeader(fetch=head, payload=pb.Payload(), last=True), ())
 
     async def fetch_rref(
         self, request: Any, context: grpc.aio.ServicerContext
@@ -310,40 +344,102 @@ def debug_info_message(info: dict[str, Any]) -> pb.DebugInfo:
     )
 
 
+class Undecodable:
+    """A request message that did not parse; its handler answers INVALID_ARGUMENT.
+
+    gRPC turns an exception in a request deserializer into UNKNOWN "Unexpected DecodeError";
+    deserializing leniently and refusing in the handler gives the caller a clear status.
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def lenient(parse: Any, what: str) -> Any:
+    """``parse`` that returns an :class:`Undecodable` instead of raising."""
+
+    def de(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except Exception as exc:  # noqa: BLE001 - any parse failure is the sender's
+            return Undecodable(f"malformed {what}: {exc}")
+
+    return de
+
+
+async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+    if isinstance(request, Undecodable):
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.error)
+
+
+async def _checked(frames: AsyncIterator[Any]) -> AsyncIterator[Frame]:
+    async for frame in frames:
+        if isinstance(frame, Undecodable):
+            raise SerializationError(frame.error)
+        yield frame
+
+
 def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
     """The generic handler of gradwire.v1.Worker with frame (de)serializers."""
-    f_in, f_out = decode_frame, encode_frame
+    f_in, f_out = lenient(decode_frame, "frame"), encode_frame
 
     def ser(m: Any) -> bytes:
         return m.SerializeToString()
+
+    def unary(fn: Any) -> Any:
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await _refuse(request, context)
+            return await fn(request, context)
+
+        return handle
+
+    def unary_stream(fn: Any) -> Any:
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await _refuse(request, context)
+            async for out in fn(request, context):
+                yield out
+
+        return handle
+
+    def de(cls: Any) -> Any:
+        return lenient(cls.FromString, cls.DESCRIPTOR.name)
 
     def unary_control(method: str, req: Any) -> grpc.RpcMethodHandler:
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
             return await servicer.control(method, request, context)
 
-        return grpc.unary_unary_rpc_method_handler(handle, req.FromString, ser)
+        return grpc.unary_unary_rpc_method_handler(unary(handle), de(req), ser)
 
     def framed(method: str) -> grpc.RpcMethodHandler:
         async def handle(frames: Any, context: grpc.aio.ServicerContext) -> Any:
-            return await servicer.framed_control(method, frames, context)
+            return await servicer.framed_control(method, _checked(frames), context)
 
         return grpc.stream_unary_rpc_method_handler(handle, f_in, ser)
 
+    async def python_call(frames: Any, context: grpc.aio.ServicerContext) -> Any:
+        async for out in servicer.PythonCall(_checked(frames), context):
+            yield out
+
+    async def remote_one(frame: Frame, context: grpc.aio.ServicerContext) -> Any:
+        return await servicer.framed_control_one("RemoteCall", frame, context)
+
     handlers = {
-        "Call": grpc.unary_unary_rpc_method_handler(servicer.Call, f_in, f_out),
-        "PythonCall": grpc.stream_stream_rpc_method_handler(servicer.PythonCall, f_in, f_out),
+        "Call": grpc.unary_unary_rpc_method_handler(unary(servicer.Call), f_in, f_out),
+        "PythonCall": grpc.stream_stream_rpc_method_handler(python_call, f_in, f_out),
         "FetchReply": grpc.unary_stream_rpc_method_handler(
-            servicer.FetchReply, pb.FetchReplyRequest.FromString, f_out
+            unary_stream(servicer.FetchReply), de(pb.FetchReplyRequest), f_out
         ),
-        "Join": grpc.unary_unary_rpc_method_handler(servicer.Join, pb.JoinRequest.FromString, ser),
+        "Join": grpc.unary_unary_rpc_method_handler(unary(servicer.Join), de(pb.JoinRequest), ser),
         "Barrier": grpc.unary_unary_rpc_method_handler(
-            servicer.Barrier, pb.BarrierRequest.FromString, ser
+            unary(servicer.Barrier), de(pb.BarrierRequest), ser
         ),
         "GetDebugInfo": grpc.unary_unary_rpc_method_handler(
-            servicer.GetDebugInfo, pb.DebugInfoRequest.FromString, ser
+            unary(servicer.GetDebugInfo), de(pb.DebugInfoRequest), ser
         ),
         "WatchControl": grpc.unary_stream_rpc_method_handler(
-            servicer.WatchControl, pb.WatchRequest.FromString, ser
+            unary_stream(servicer.WatchControl), de(pb.WatchRequest), ser
         ),
         "ForkRequest": unary_control("ForkRequest", pb.ForkRequest),
         "ChildAck": unary_control("ChildAck", pb.ChildAck),
@@ -351,11 +447,15 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
         "ReleaseContext": unary_control("ReleaseContext", pb.ReleaseContextRequest),
         "RemoteCall": framed("RemoteCall"),
         "PropagateGradients": framed("PropagateGradients"),
+        "Remote": grpc.unary_unary_rpc_method_handler(remote_one, f_in, ser),
+        "Fetch": grpc.unary_unary_rpc_method_handler(
+            servicer.fetch_one, pb.FetchRequest.FromString, f_out
+        ),
         "FetchRRef": grpc.unary_stream_rpc_method_handler(
-            servicer.fetch_rref, pb.FetchRequest.FromString, f_out
+            unary_stream(servicer.fetch_rref), de(pb.FetchRequest), f_out
         ),
     }
     return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
 
-__all__ += ["method_handlers", "debug_info_message", "DEBUG_COUNTERS"]
+__all__ += ["method_handlers", "debug_info_message", "DEBUG_COUNTERS", "Undecodable", "lenient"]

@@ -264,7 +264,12 @@ class DistAutogradService(hooks.CallHook):
         if ctx is None:
             return []
         with ctx.lock:
-            peers = sorted(ctx.known_workers - {self.agent.rank, exclude})
+            # Only cluster members: an anonymous caller (-1, a raw gRPC client) has no address.
+            peers = sorted(
+                w
+                for w in ctx.known_workers - {self.agent.rank, exclude}
+                if 0 <= w < len(self.agent.peers)
+            )
         futures = []
         for dst in peers:
             fut = self.release_context(dst, context_id)

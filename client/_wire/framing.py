@@ -10,6 +10,7 @@ has no bytes in the stream: the Assembler maps it from shared memory (:mod:`.shm
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,8 @@ ALLOWED_DTYPES = frozenset(
     "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
     "complex64 complex128".split()
 )
+#: NumPy's own limit on dimensions; more is refused before NumPy sees the shape.
+_MAX_NDIM = 64
 
 
 @dataclass
@@ -181,9 +184,12 @@ class Assembler:
         return self.complete
 
     def _start(self, h: pb.FrameHeader) -> None:
+        # Every size is checked, in exact integers, before anything is allocated: the header
+        # comes from the peer and must not make this worker allocate past max_bytes.
         payload = h.payload
+        if payload.pickle_nbytes < 0:
+            raise SerializationError(f"negative pickle size {payload.pickle_nbytes}")
         total = announced = payload.pickle_nbytes  # bytes in the stream / in the whole message
-        pickle_buf = bytearray(payload.pickle_nbytes)
         arrays: list[np.ndarray] = []
         sizes = []
         for meta in payload.tensors:
@@ -191,8 +197,12 @@ class Assembler:
                 raise SerializationError(f"tensor dtype {meta.dtype!r} may not travel as raw bytes")
             if any(d < 0 for d in meta.shape):
                 raise SerializationError(f"negative tensor shape {tuple(meta.shape)}")
+            if len(meta.shape) > _MAX_NDIM:
+                raise SerializationError(
+                    f"tensor of {len(meta.shape)} dimensions (max {_MAX_NDIM})"
+                )
             dt = np.dtype(meta.dtype)
-            count = int(np.prod(meta.shape, dtype=np.int64)) if meta.shape else 1
+            count = math.prod(meta.shape)  # Python ints: no int64 wraparound
             if meta.nbytes != count * dt.itemsize:
                 raise SerializationError(
                     f"tensor of shape {tuple(meta.shape)} and dtype {meta.dtype} announced "
@@ -207,6 +217,7 @@ class Assembler:
             raise MessageTooLargeError(
                 f"message of {announced} bytes{sender} exceeds max_message_bytes={self._max}"
             )
+        pickle_buf = bytearray(payload.pickle_nbytes)
         self._regions.append((payload.pickle_nbytes, memoryview(pickle_buf)))
         for meta, dt in sizes:
             if meta.HasField("shm"):  # same-host fast path: the bytes are in shared memory
