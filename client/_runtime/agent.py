@@ -42,6 +42,7 @@ from . import loop as io
 from . import shm_route
 from .callee import Callee
 from .caller import Caller
+from .liveness import Liveness
 from .options import NO_TIMEOUT, UNSET_RPC_TIMEOUT, GrpcRpcBackendOptions
 from .pool import ServingPool
 from .rendezvous import BarrierHost, RendezvousHost, is_loopback, plan
@@ -159,6 +160,7 @@ class Agent:
         from .rref_service import RRefService  # registers the RRef control handlers
 
         self.rref = RRefService(self)
+        self.liveness = Liveness(self)
         if rank == 0:
             # Set up before the server starts, so that the first Join finds them.
             if self.token is None:
@@ -308,6 +310,7 @@ class Agent:
         self.by_name = {p.name: p for p in self.peers}
         if self.rank == 0:
             self.barriers = BarrierHost({p.id: p.name for p in self.peers})
+        self.liveness.start()
         io.io_loop().call_soon_threadsafe(self._ready.set)
         self._set_state(AgentState.RUNNING)
         log.info("worker %s (rank %d) joined session %s", self.name, self.rank, self.session)
@@ -397,6 +400,7 @@ class Agent:
             )
 
     def _stop(self, grace: float) -> None:
+        self.liveness.stop()
         self.autograd.close()
         self.rref.close()
         self.caller.fail_all(f"RPC agent of {self.name!r} shut down while the call was pending")
@@ -454,6 +458,7 @@ class Agent:
             "serving_threads": self.pool.num_threads,
             **self.autograd.debug_info(),
             **self.rref.debug_info(),
+            **self.liveness.debug_info(),
             **shm_route.debug_info(self),
             "peers": [
                 {

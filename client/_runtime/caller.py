@@ -58,6 +58,8 @@ class Caller:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.pending: dict[int, Future[Any]] = {}
+        #: message id -> destination worker id, for failing one peer's calls (liveness).
+        self._dest: dict[int, int] = {}
         #: Shared-memory tensors of pending calls, given back to their pool when the call ends.
         self._shm_sent: dict[int, list[pb.TensorMeta]] = {}
 
@@ -123,6 +125,7 @@ class Caller:
         shared = [m for m in first.payload.tensors if m.HasField("shm")]
         with self._lock:
             self.pending[call.message_id] = fut
+            self._dest[call.message_id] = peer.id
             if shared:
                 self._shm_sent[call.message_id] = shared
         started = time.monotonic()
@@ -273,11 +276,20 @@ class Caller:
     def _forget(self, message_id: int) -> None:
         with self._lock:
             self.pending.pop(message_id, None)
+            self._dest.pop(message_id, None)
             shared = self._shm_sent.pop(message_id, None)
         if shared:
             # Frees the segments of a call the callee never took (refused, peer dead); a no-op
             # for those it took, whose tickets it already cleared (see gradwire._wire.shm).
             shm.cancel(shared)
+
+    def fail_peer(self, worker_id: int, exc: BaseException) -> int:
+        """Fail every pending call to ``worker_id`` with ``exc`` (it is lost); how many."""
+        with self._lock:
+            doomed = [f for m, f in self.pending.items() if self._dest.get(m) == worker_id]
+        for fut in doomed:
+            self._fail(fut, exc)
+        return len(doomed)
 
     def fail_all(self, reason: str) -> None:
         """Fail every pending call with RpcShutdownError (non-graceful shutdown)."""

@@ -61,6 +61,9 @@ class GrpcRpcBackendOptions:
             ``"warn"`` (log a warning), ``"error"`` (raise RRefLeakError) or ``"off"``.
         rref_tombstone_ttl: seconds an owner remembers deleted RRefs and forks, to ignore stale
             retries of control messages (must exceed one attempt's deadline, 10 s at most).
+        peer_lost_seconds: after a call to a peer fails as unreachable, how long its health
+            check may keep failing before the peer is declared lost (its pending calls fail at
+            once, its dist-autograd contexts are reclaimed; see ``_runtime.liveness``).
     """
 
     rpc_timeout: float = DEFAULT_RPC_TIMEOUT
@@ -91,6 +94,7 @@ class GrpcRpcBackendOptions:
     shm_pool_bytes: int = 2 << 30
     rref_leak_check: str = "warn"
     rref_tombstone_ttl: float = 120.0
+    peer_lost_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         if self.num_worker_threads < 1:
@@ -111,6 +115,8 @@ class GrpcRpcBackendOptions:
             )
         if self.rref_tombstone_ttl < 0:
             raise ValueError(f"rref_tombstone_ttl must be >= 0, got {self.rref_tombstone_ttl}")
+        if self.peer_lost_seconds <= 0:
+            raise ValueError(f"peer_lost_seconds must be > 0, got {self.peer_lost_seconds}")
         if self.token is None:
             self.token = os.environ.get("GRADWIRE_TOKEN") or None
 

@@ -159,6 +159,15 @@ class BarrierHost:
         self._names = names
         self._arrived: dict[tuple[str, int], set[int]] = {}
         self._events: dict[tuple[str, int], asyncio.Event] = {}
+        #: Workers declared lost (liveness): counted as arrived at every barrier.
+        self._gone: set[int] = set()
+
+    def mark_gone(self, worker_id: int) -> None:
+        """On the I/O loop: ``worker_id`` is dead; no barrier waits for it any more."""
+        self._gone.add(worker_id)
+        for key, arrived in self._arrived.items():
+            if len(arrived | self._gone) >= len(self._names):
+                self._events[key].set()
 
     async def arrive(
         self, name: str, generation: int, worker_id: int, timeout: float
@@ -168,11 +177,11 @@ class BarrierHost:
         arrived = self._arrived.setdefault(key, set())
         event = self._events.setdefault(key, asyncio.Event())
         arrived.add(worker_id)
-        if len(arrived) >= len(self._names):
+        if len(arrived | self._gone) >= len(self._names):
             event.set()
         try:
             await asyncio.wait_for(event.wait(), timeout)
         except asyncio.TimeoutError:
-            missing = [self._names[i] for i in sorted(set(self._names) - arrived)]
+            missing = [self._names[i] for i in sorted(set(self._names) - arrived - self._gone)]
             return pb.BarrierReply(ok=False, missing=missing)
         return pb.BarrierReply(ok=True)

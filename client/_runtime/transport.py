@@ -36,13 +36,22 @@ from ..errors import (
 )
 from .options import GrpcRpcBackendOptions, read_pem
 
-__all__ = ["Transport", "map_rpc_error", "SERVICE", "channel_options", "IN_FLIGHT_MARK"]
+__all__ = [
+    "Transport",
+    "map_rpc_error",
+    "SERVICE",
+    "channel_options",
+    "IN_FLIGHT_MARK",
+    "add_failure_observer",
+    "remove_failure_observer",
+]
 
 log = logging.getLogger(__name__)
 SERVICE = "gradwire.v1.Worker"
 #: Text the servicer puts in RESOURCE_EXHAUSTED details for the in-flight limit.
 IN_FLIGHT_MARK = "calls in flight"
 _HEADER_SLACK = 1 << 20
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 
 def channel_options(options: GrpcRpcBackendOptions) -> list[tuple[str, Any]]:
@@ -56,16 +65,37 @@ def channel_options(options: GrpcRpcBackendOptions) -> list[tuple[str, Any]]:
         ("grpc.keepalive_permit_without_calls", 0),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.enable_http_proxy", 0),
+        # After a partition heals, a channel waits out its reconnect backoff (gRPC's default
+        # grows to 120 s) and fails calls fast meanwhile; between workers, retry within ~2 s.
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.min_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2_000),
     ]
     if options.tls_server_name:
         opts.append(("grpc.ssl_target_name_override", options.tls_server_name))
     return opts
 
 
+_failure_observers: list[Callable[[str, grpc.StatusCode], None]] = []
+
+
+def add_failure_observer(observer: Callable[[str, grpc.StatusCode], None]) -> None:
+    """Call ``observer(peer, code)`` for every failed outgoing call (the failure detector)."""
+    _failure_observers.append(observer)
+
+
+def remove_failure_observer(observer: Callable[[str, grpc.StatusCode], None]) -> None:
+    """Undo :func:`add_failure_observer`."""
+    if observer in _failure_observers:
+        _failure_observers.remove(observer)
+
+
 def map_rpc_error(
     exc: grpc.RpcError, peer: str, what: str, started: float, timeout: float | None
 ) -> GradwireError:
     """Translate a gRPC failure into the gradwire error the user sees (the only place).
+
+    Every failure seen here is also reported to the failure observers (``liveness``).
 
     Args:
         exc: the gRPC error (a grpc.Call).
@@ -75,6 +105,11 @@ def map_rpc_error(
         timeout: the call's timeout (None: none).
     """
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    for observer in list(_failure_observers):
+        try:
+            observer(peer, code)
+        except Exception:  # pragma: no cover - an observer must not change the error
+            log.exception("failure observer raised")
     details = (exc.details() if hasattr(exc, "details") else str(exc)) or ""
     elapsed = time.monotonic() - started
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -253,6 +288,25 @@ class Transport:
         stub = self._get(address).framed_control(method, response_cls)
         fut = stub.future(iter(frames), timeout=timeout, metadata=self.metadata)
         fut.add_done_callback(done)
+
+    def channel(self, address: str) -> grpc.Channel:
+        """The (cached) channel to ``address``."""
+        return self._get(address).channel
+
+    def health(self, address: str, timeout: float) -> bytes:
+        """Standard health check of the server at ``address`` (open, no token); the raw
+        HealthCheckResponse. Raises grpc.RpcError when it does not answer."""
+        stubs = self._get(address)
+        check = stubs.channel.unary_unary(_HEALTH_CHECK)
+        return check(b"", timeout=timeout)  # type: ignore[no-any-return]
+
+    def drop(self, address: str) -> None:
+        """Close the channel to ``address`` (its calls fail with CANCELLED); the next call
+        opens a new one."""
+        with self._lock:
+            stubs = self._stubs.pop(address, None)
+        if stubs is not None:
+            stubs.channel.close()
 
     def channel_states(self) -> dict[str, str]:
         """Connectivity of each cached channel, by address."""

@@ -1,0 +1,223 @@
+"""Functions run on spawned workers by the fault-injection scenarios (test_faults.py).
+
+Worker names: ``worker{rank}``. Rank 0 drives, rank 1 is the victim (behind the fault proxy or
+killed), rank 2 a bystander. Every wait has a deadline; results are plain dicts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gradwire as gw
+import gradwire.distributed.autograd as dist_autograd
+import numpy as np
+from gradwire.distributed import rpc
+from gradwire.errors import RpcTimeoutError, WorkerUnavailableError
+
+from .faultproxy import command
+
+_tags: list[str] = []
+_tags_lock = threading.Lock()
+
+
+# -- run on the callee ----------------------------------------------------------------------------
+def record(tag: str) -> int:
+    """Non-idempotent: remember that the call ``tag`` ran (once per run)."""
+    with _tags_lock:
+        _tags.append(tag)
+        return len(_tags)
+
+
+def all_tags() -> list[str]:
+    with _tags_lock:
+        return list(_tags)
+
+
+def scale(x: gw.Tensor) -> gw.Tensor:
+    return x * 2.0
+
+
+def num_contexts() -> int:
+    return int(rpc.get_debug_info()["num_autograd_contexts"])
+
+
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def die(*_: Any) -> None:
+    """SIGKILL this worker in the middle of serving a call."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_in_backward(x: gw.Tensor) -> gw.Tensor:
+    """Forward is x * 3; its backward SIGKILLs this worker."""
+
+    class Fatal(gw.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, t: gw.Tensor) -> gw.Tensor:
+            return t * 3.0
+
+        @staticmethod
+        def backward(ctx: Any, g: gw.Tensor) -> gw.Tensor:
+            die()
+            return g  # pragma: no cover
+
+    return Fatal.apply(x)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def wait_until(check: Callable[[], bool], timeout: float, step: float = 0.1) -> float:
+    """Seconds until ``check()`` held; raises TimeoutError after ``timeout``."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"condition not met within {timeout} s")
+        time.sleep(step)
+    return time.monotonic() - start
+
+
+def _lost() -> list[str]:
+    return list(rpc.get_debug_info().get("peers_lost", []))
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[str, float]:
+    start = time.monotonic()
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the scenario reports what it saw
+        return f"{type(exc).__name__}: {exc}", time.monotonic() - start
+    return "ok", time.monotonic() - start
+
+
+# -- scenarios ---------------------------------------------------------------------------------
+def partition_and_heal(rank: int, world_size: int, control: tuple[str, int], mode: str) -> Any:
+    """Rank 0 cuts worker1 off (``mode``: blackhole or reset), calls it, heals, checks."""
+    if rank != 0:
+        return None
+    w1 = "worker1"
+    assert rpc.rpc_sync(w1, record, ("before",)) == 1
+    x = gw.ones(4, requires_grad=True)
+    with dist_autograd.context():
+        rpc.rpc_sync(w1, scale, (x,))
+        contexts_before = rpc.rpc_sync(w1, num_contexts)
+        command(control, mode)
+        cut = time.monotonic()
+    # Leaving the context sent ReleaseContext to worker1 (a control message, retried).
+    outcomes = [
+        _timed(lambda i=i: rpc.rpc_sync(w1, record, (f"sync-{i}",), timeout=1.0)) for i in range(3)
+    ]
+    fut = rpc.rpc_async(w1, record, ("async",), timeout=1.0)
+    outcomes.append(_timed(fut.wait))
+    partition_s = time.monotonic() - cut
+    command(control, "pass")
+    healed = time.monotonic()
+    attempts = iter(range(1000))
+
+    def call_after() -> bool:
+        # The test's own retry (the framework never retries a user call): the channel may
+        # still be in its reconnect backoff for a moment after the heal.
+        try:
+            rpc.rpc_sync(w1, record, (f"after-{next(attempts)}",), timeout=5.0)
+        except WorkerUnavailableError:
+            return False
+        return True
+
+    wait_until(call_after, 20.0)
+    healed_call = ("ok", time.monotonic() - healed)
+    released_in = wait_until(lambda: rpc.rpc_sync(w1, num_contexts) == 0, 30.0)
+    return {
+        "contexts_before": contexts_before,
+        "outcomes": outcomes,
+        "partition_s": partition_s,
+        "healed_call": healed_call,
+        "released_after_heal_s": released_in,
+        "tags": rpc.rpc_sync(w1, all_tags),
+        "lost": _lost(),
+    }
+
+
+def kill_during_call(rank: int, world_size: int, big: int) -> Any:
+    """worker1 creates a context on the others, then rank 0 kills it with a call."""
+    if rank == 1:
+        x = gw.ones(4, requires_grad=True)
+        with dist_autograd.context():
+            rpc.rpc_sync("worker0", scale, (x,))
+            rpc.rpc_sync("worker2", scale, (x,))
+            threading.Event().wait(120)  # killed long before
+        return None
+    wait_until(lambda: num_contexts() == 1, 30.0)  # worker1's context, here
+    if rank == 2:
+        reclaimed = wait_until(lambda: num_contexts() == 0, 60.0)
+        return {"reclaimed_s": reclaimed, "lost": _lost()}
+    pending = [rpc.rpc_async("worker1", nap, (60.0,)) for _ in range(3)]
+    payload = np.ones(big // 8)  # large enough for the shared-memory path
+    start = time.monotonic()
+    call = _timed(lambda: rpc.rpc_sync("worker1", die, (payload,)))
+    others = []
+    for f in pending:
+        others.append(_timed(f.wait))
+    pending_done = time.monotonic() - start
+    reclaimed = wait_until(lambda: num_contexts() == 0, 60.0)
+    return {
+        "call": call,
+        "pending": others,
+        "pending_done_s": pending_done,
+        "reclaimed_s": time.monotonic() - start,
+        "reclaimed_wait_s": reclaimed,
+        "lost": _lost(),
+        "after": _timed(lambda: rpc.rpc_sync("worker1", record, ("ghost",), timeout=5.0)),
+    }
+
+
+def kill_during_backward(rank: int, world_size: int) -> Any:
+    """Rank 0 runs a distributed backward whose step on worker1 SIGKILLs it."""
+    if rank != 0:
+        if rank == 1:
+            threading.Event().wait(120)  # killed by the backward
+        return None
+    x = gw.ones(4, requires_grad=True)
+    with dist_autograd.context() as cid:
+        y = rpc.rpc_sync("worker1", die_in_backward, (x,))
+        z = rpc.rpc_sync("worker2", scale, (y,))
+        outcome = _timed(lambda: dist_autograd.backward(cid, [z.sum()]))
+    contexts_left = num_contexts()
+    return {"backward": outcome, "contexts_left": contexts_left, "lost": _lost()}
+
+
+def kill_during_shutdown(rank: int, world_size: int, timeout: float) -> Any:
+    """Everyone shuts down gracefully; worker1 is killed while at the shutdown barrier."""
+    if rank == 1:
+        # A call of its own still pending keeps it in SHUTTING_DOWN, short of the barrier,
+        # where the others already wait for it; it dies there.
+        rpc.rpc_async("worker0", nap, (1.0,))
+        threading.Timer(0.5, die).start()
+        rpc.shutdown(graceful=True, timeout=timeout)
+        return None  # pragma: no cover - killed
+    rpc.rpc_sync("worker1", record, ("hello",))
+    outcome = _timed(lambda: rpc.shutdown(graceful=True, timeout=timeout))
+    return {"shutdown": outcome, "timeout": timeout}
+
+
+__all__ = [
+    "record",
+    "all_tags",
+    "scale",
+    "num_contexts",
+    "nap",
+    "die",
+    "die_in_backward",
+    "wait_until",
+    "partition_and_heal",
+    "kill_during_call",
+    "kill_during_backward",
+    "kill_during_shutdown",
+    "RpcTimeoutError",
+    "WorkerUnavailableError",
+]
