@@ -267,7 +267,7 @@ class WorkerServicer:
         self, method: str, frame: Frame, context: grpc.aio.ServicerContext
     ) -> Any:
         """Serve a control method whose message fits in one frame (Remote -> RemoteCall)."""
-        asm = self._assembler(_caller_id(context))
+        asm = self._assembler(_caller_id(context, self._agent.world_size))
         try:
             if not isinstance(frame, Frame):  # a request that did not parse
                 raise SerializationError(str(getattr(frame, "error", "malformed frame")))
@@ -283,7 +283,7 @@ class WorkerServicer:
         size = sum(memoryview(b).nbytes for b in buffers)
         if size <= self._agent.options.single_frame_bytes:
             return next(split(first, buffers, max(1, size)))
-        parked = self._agent.callee.park((first, buffers), _caller_id(context), None)
+        parked = self._agent.callee.park((first, buffers), _caller_id(context, self._agent.world_size), None)
         head = pb.FetchHeader(rref_id=first.fetch.rref_id, continuation=parked.reply.continuation)
         return Frame(pb.FrameHeader(fetch=head, payload=pb.Payload(), last=True), ())
 
