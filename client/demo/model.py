@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import nn
+from ..nn import functional as F
 from .._tensor import Tensor
 from ..distributed import rpc
 
@@ -24,7 +25,16 @@ class HiddenLayers(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(x)
+        # Hogwild: both trainers update these parameters while the other's backward may still
+        # be pending. Each forward reads a snapshot (clone() is differentiable, so gradients
+        # still reach the parameters), so an update never invalidates a saved tensor.
+        h = x
+        for layer in self.net:
+            if isinstance(layer, nn.Linear):
+                h = F.linear(h, layer.weight.clone(), layer.bias.clone())
+            else:
+                h = layer(h)
+        return h
 
 
 def forward_hidden(module_rref: Any, x: Tensor) -> Tensor:

@@ -282,6 +282,9 @@ class Sequential(Module):
     def __len__(self) -> int:
         return len(self._modules)
 
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
 
 class MSELoss(Module):
     def __init__(self, reduction: str = "mean") -> None:
