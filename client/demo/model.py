@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import nn
-from ..nn import functional as F
 from .._tensor import Tensor
 from ..distributed import rpc
+from ..nn import functional as F
 
 __all__ = ["HiddenLayers", "forward_hidden", "hidden_parameter_rrefs"]
 
