@@ -185,14 +185,16 @@ class RemoteAck(_message.Message):
     def __init__(self, rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ...) -> None: ...
 
 class FetchHeader(_message.Message):
-    __slots__ = ("rref_id", "error", "autograd")
+    __slots__ = ("rref_id", "error", "autograd", "continuation")
     RREF_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     AUTOGRAD_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_FIELD_NUMBER: _ClassVar[int]
     rref_id: GloballyUniqueId
     error: RemoteException
     autograd: AutogradMeta
-    def __init__(self, rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ...) -> None: ...
+    continuation: int
+    def __init__(self, rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., continuation: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
     __slots__ = ("rref_id", "fork_id", "caller_id", "autograd")

@@ -58,8 +58,18 @@ class WorkerStub:
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
                 response_deserializer=gradwire_dot___proto_dot_worker__pb2.RemoteAck.FromString,
                 _registered_method=True)
+        self.Remote = channel.unary_unary(
+                '/gradwire.v1.Worker/Remote',
+                request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+                response_deserializer=gradwire_dot___proto_dot_worker__pb2.RemoteAck.FromString,
+                _registered_method=True)
         self.FetchRRef = channel.unary_stream(
                 '/gradwire.v1.Worker/FetchRRef',
+                request_serializer=gradwire_dot___proto_dot_worker__pb2.FetchRequest.SerializeToString,
+                response_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                _registered_method=True)
+        self.Fetch = channel.unary_unary(
+                '/gradwire.v1.Worker/Fetch',
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.FetchRequest.SerializeToString,
                 response_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
                 _registered_method=True)
@@ -147,8 +157,22 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Remote(self, request, context):
+        """The same for a call that fits in one frame (the latency path): one frame in, the ack out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FetchRRef(self, request, context):
         """to_here(): the OwnerRRef's value once it is ready, as a framed stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fetch(self, request, context):
+        """The same answered in one frame (the latency path), or a continuation (see FetchHeader).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -235,8 +259,18 @@ def add_WorkerServicer_to_server(servicer, server):
                     request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
                     response_serializer=gradwire_dot___proto_dot_worker__pb2.RemoteAck.SerializeToString,
             ),
+            'Remote': grpc.unary_unary_rpc_method_handler(
+                    servicer.Remote,
+                    request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                    response_serializer=gradwire_dot___proto_dot_worker__pb2.RemoteAck.SerializeToString,
+            ),
             'FetchRRef': grpc.unary_stream_rpc_method_handler(
                     servicer.FetchRRef,
+                    request_deserializer=gradwire_dot___proto_dot_worker__pb2.FetchRequest.FromString,
+                    response_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            ),
+            'Fetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fetch,
                     request_deserializer=gradwire_dot___proto_dot_worker__pb2.FetchRequest.FromString,
                     response_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
             ),
@@ -409,6 +443,33 @@ class Worker:
             _registered_method=True)
 
     @staticmethod
+    def Remote(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gradwire.v1.Worker/Remote',
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            gradwire_dot___proto_dot_worker__pb2.RemoteAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def FetchRRef(request,
             target,
             options=(),
@@ -423,6 +484,33 @@ class Worker:
             request,
             target,
             '/gradwire.v1.Worker/FetchRRef',
+            gradwire_dot___proto_dot_worker__pb2.FetchRequest.SerializeToString,
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gradwire.v1.Worker/Fetch',
             gradwire_dot___proto_dot_worker__pb2.FetchRequest.SerializeToString,
             gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
             options,

@@ -115,7 +115,12 @@ class RRefCalls:
                     f"max_message_bytes={agent.options.max_message_bytes}"
                 )
             hooks.send_call(first.call, ctx.objects.get("T", []), peer.id)
-            frames = list(split(first, buffers, agent.options.chunk_bytes))
+            if size <= agent.options.single_frame_bytes:  # one frame: the unary latency path
+                frames = [next(split(first, buffers, max(1, size)))]
+                single = True
+            else:
+                frames = list(split(first, buffers, agent.options.chunk_bytes))
+                single = False
         except BaseException as exc:
             svc.abandon_payload(ctx)
             svc.protocol.abandon_remote(handle, exc)
@@ -123,7 +128,7 @@ class RRefCalls:
         creation = Creation(f"remote({name}) on worker {peer.name!r}", timeout)
         svc.track(1)
         try:
-            agent.pool.submit(self._send_remote, peer, frames, first.call, handle, creation)
+            agent.pool.submit(self._send_remote, peer, frames, single, first.call, handle, creation)
         except RuntimeError as exc:
             svc.track(-1)
             raise RpcShutdownError(f"the RPC agent of {agent.name!r} is stopping") from exc
@@ -133,6 +138,7 @@ class RRefCalls:
         self,
         peer: Peer,
         frames: list[Any],
+        single: bool,
         call: pb.CallHeader,
         handle: RRefHandle,
         creation: Creation,
@@ -148,6 +154,8 @@ class RRefCalls:
             svc.emit("RemoteCall", "sent", handle.rref_id, handle.fork_id, peer.id)
             try:
                 with blocking_region():
+                    if single:
+                        return agent.transport.remote(peer.dial, frames[0], left)
                     return agent.transport.framed_control(
                         peer.dial, "RemoteCall", frames, pb.RemoteAck, left
                     )

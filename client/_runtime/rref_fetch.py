@@ -67,9 +67,21 @@ class RRefFetch:
         asm = Assembler(agent.options.max_message_bytes, peer.name)
         try:
             with blocking_region():
-                for frame in agent.transport.fetch_rref(peer.dial, request, timeout):
-                    if asm.feed(frame):
-                        break
+                # One frame (the latency path); a large value comes as a continuation.
+                frame = agent.transport.fetch(peer.dial, request, timeout)
+                cont = frame.header.fetch.continuation
+                if not cont:
+                    asm.feed(frame)
+                else:
+                    left = (
+                        None
+                        if timeout is None
+                        else max(0.001, timeout - (time.monotonic() - started))
+                    )
+                    parked = pb.FetchReplyRequest(continuation=cont, caller_id=agent.rank)
+                    for frame in agent.transport.fetch_reply(peer.dial, parked, left):
+                        if asm.feed(frame):
+                            break
         except grpc.RpcError as exc:
             raise map_rpc_error(exc, peer.name, "to_here()", started, timeout) from exc
         msg = asm.message

@@ -145,6 +145,8 @@ class _Stubs:
         self.fetch_rref = channel.unary_stream(
             f"/{SERVICE}/FetchRRef", pb.FetchRequest.SerializeToString, de
         )
+        self.fetch = channel.unary_unary(f"/{SERVICE}/Fetch", pb.FetchRequest.SerializeToString, de)
+        self.remote = channel.unary_unary(f"/{SERVICE}/Remote", ser, pb.RemoteAck.FromString)
         self._control: dict[str, Any] = {}
         self._framed: dict[str, Any] = {}
 
@@ -260,6 +262,14 @@ class Transport:
     ) -> Iterator[Frame]:
         """to_here(): stream an OwnerRRef's value (raises grpc.RpcError)."""
         return self._get(address).fetch_rref(request, timeout=timeout, metadata=self.metadata)
+
+    def fetch(self, address: str, request: pb.FetchRequest, timeout: float | None) -> Frame:
+        """to_here() in one frame (or a continuation; raises grpc.RpcError)."""
+        return self._get(address).fetch(request, timeout=timeout, metadata=self.metadata)
+
+    def remote(self, address: str, frame: Frame, timeout: float | None) -> pb.RemoteAck:
+        """remote() whose call fits in one frame (raises grpc.RpcError)."""
+        return self._get(address).remote(frame, timeout=timeout, metadata=self.metadata)
 
     def framed_control(
         self,

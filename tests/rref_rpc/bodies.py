@@ -26,7 +26,7 @@ def seed_scenarios(rank: int, world_size: int) -> dict[str, Any]:
     # 1. User shares with owner as return value: remote() then to_here().
     rref = rpc.remote(1, h.add, (np.ones(2), 1))
     out["to_here"] = rref.to_here().tolist()
-    out["confirmed"] = rref.confirmed_by_owner()
+    out["confirmed"] = h.confirmed_soon(rref)
     # 2. User shares with owner as argument.
     out["arg_to_owner"] = rpc.rpc_sync(1, h.inspect_rref, (rref,))
     # 4. User shares with user (a third worker): C runs only once the owner confirmed it.
@@ -120,7 +120,7 @@ def api_surface(rank: int, world_size: int) -> dict[str, Any]:
     except AttributeError:
         out["local_attribute_error"] = True
     out["equal"] = [local == local, user != local, len({user, user})]
-    out["confirmed"] = user.confirmed_by_owner()
+    out["confirmed"] = h.confirmed_soon(user)
     del user, sync, local
     out["quiet"] = h.wait_quiet([0, 1])
     return out

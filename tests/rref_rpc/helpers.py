@@ -288,3 +288,14 @@ def wait_for(key: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while key not in _state and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def confirmed_soon(rref: rpc.RRef[Any], timeout: float = 20.0) -> bool:
+    """Whether the owner's confirmation of ``rref`` arrives (the RemoteAck may trail a
+    to_here(), which does not wait for it)."""
+    deadline = time.monotonic() + timeout
+    while not rref.confirmed_by_owner():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
