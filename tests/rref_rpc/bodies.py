@@ -365,3 +365,18 @@ def owner_crash(rank: int, world_size: int) -> dict[str, Any]:
     if rank != 1:
         rpc.shutdown(graceful=False)
     return out
+
+
+def large_values(rank: int, world_size: int) -> dict[str, Any]:
+    """Calls and values larger than one frame take the streamed RemoteCall and a parked Fetch."""
+    if rank != 0:
+        return {}
+    big = rpc.remote(1, h.add, (np.ones(50_000), 1))
+    value = big.to_here()
+    shared = rpc.rpc_sync(2, h.inspect_rref, (big,))
+    del big
+    return {
+        "sum": float(value.sum()),
+        "shared": float(shared["value"].sum()),
+        "quiet": h.wait_quiet([0, 1, 2]),
+    }

@@ -196,3 +196,9 @@ def test_a_dead_owner_makes_its_rrefs_fail_not_hang():
     assert out["share"] == "WorkerUnavailableError", out
     assert "worker1" in out["share_msg"] and "ForkRequest" in out["share_msg"], out
     assert out["remote"] in ("WorkerUnavailableError", "RpcTimeoutError"), out
+
+
+def test_values_larger_than_a_frame_are_streamed():
+    out = _rank0(3, bodies.large_values, options={**OPTIONS, "single_frame_bytes": 4096})
+    assert out["sum"] == 100_000.0 and out["shared"] == 100_000.0
+    _assert_quiet(out["quiet"])
