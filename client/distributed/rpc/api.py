@@ -101,6 +101,12 @@ def init_rpc(
 def shutdown(graceful: bool = True, timeout: float = UNSET_RPC_TIMEOUT) -> None:
     """Stop this worker's agent.
 
+    A graceful shutdown finishes this worker's pending calls, meets every worker at a barrier,
+    then settles the RRef protocol (pending confirmations, child acks, and a delete for every
+    UserRRef still alive, RRefs in reference cycles included), meets them again, and checks
+    for OwnerRRefs still referenced (``rref_leak_check``: a warning by default). RRefs cannot
+    be used afterwards.
+
     Args:
         graceful: finish pending calls and wait for every worker at a barrier before stopping;
             False stops at once and fails pending calls with RpcShutdownError.
@@ -110,6 +116,11 @@ def shutdown(graceful: bool = True, timeout: float = UNSET_RPC_TIMEOUT) -> None:
         RpcNotInitializedError: RPC is not running.
         RpcTimeoutError: the graceful shutdown timed out (the agent is stopped anyway).
         WorkerUnavailableError: rank 0 vanished before the barrier (stopped anyway).
+        RRefLeakError: ``rref_leak_check="error"`` and OwnerRRefs were still referenced (the
+            agent is stopped anyway).
+
+    Example:
+        >>> rpc.shutdown()
     """
     agent = _agent.current("shutdown()")
     if timeout is None or timeout < 0:
