@@ -120,14 +120,14 @@ class Liveness:
         if peer is None or peer.id == agent.rank or agent.state.value not in _WATCHED_STATES:
             return
         with self._lock:
-            if peer.id in self._probing:
+            if peer.id in self._probing or self._stopped.is_set():
                 return
             t = threading.Thread(
                 target=self._probe, args=(peer,), name=f"gradwire-liveness-{peer.name}", daemon=True
             )
             self._probing[peer.id] = t
+            t.start()  # under the lock: stop() never joins a thread not started yet
         log.debug("%s: %s suspect after %s", agent.name, peer.name, code.name)
-        t.start()
 
     def _probe(self, peer: Peer) -> None:
         agent = self._agent
