@@ -160,3 +160,143 @@ def threads_and_retain(rank: int, world_size: int) -> Any:
     for t in threads:
         t.join(30)
     return {"results": results, "errors": errors}
+
+
+# -- DistributedOptimizer, RRef.backward, dead peers ------------------------------------------
+
+
+def make_param(seed: int, n: int) -> gw.Tensor:
+    return gw.nn.Parameter(_leaf(seed, n).detach())
+
+
+def param_rref(seed: int, n: int) -> Any:
+    return rpc.RRef(make_param(seed, n))
+
+
+def param_value(rref: Any) -> np.ndarray:
+    return rref.local_value().detach().numpy().copy()
+
+
+def use_param(rref: Any, x: gw.Tensor) -> gw.Tensor:
+    return rref.local_value() * x
+
+
+class BrokenOptimizer(gw.optim.SGD):
+    def __init__(self, params: Any, **kwargs: Any) -> None:
+        raise RuntimeError("cannot build this optimizer here")
+
+
+def dist_optimizer(rank: int, world_size: int, opt_name: str) -> Any:
+    from gradwire.distributed.optim import DistributedOptimizer
+
+    if rank != 0:
+        return None
+    cls = {"SGD": gw.optim.SGD, "Adam": gw.optim.Adam}[opt_name]
+    kwargs = {"lr": 0.1, "momentum": 0.9} if opt_name == "SGD" else {"lr": 0.05}
+    remote_p = rpc.remote("worker1", make_param, (11, 4))  # owner: worker1
+    untouched = rpc.remote("worker2", make_param, (12, 4))  # gets no gradient
+    local_p = make_param(13, 4)
+    start = {
+        "remote": remote_p.to_here().detach().numpy().copy(),
+        "local": local_p.detach().numpy().copy(),
+        "untouched": untouched.to_here().detach().numpy().copy(),
+    }
+    opt = DistributedOptimizer(cls, [remote_p, untouched, rpc.RRef(local_p)], **kwargs)
+    x = _leaf(14, 4).detach()
+    for _ in range(2):
+        with dist_autograd.context() as cid:
+            y = rpc.rpc_sync("worker1", use_param, (remote_p, x))
+            loss = ((y * local_p).sin()).sum()
+            dist_autograd.backward(cid, [loss])
+            opt.step(cid)
+    # The same two steps on a local replica.
+    rp, lp = gw.nn.Parameter(gw.tensor(start["remote"])), gw.nn.Parameter(gw.tensor(start["local"]))
+    ref = cls([rp, lp], **kwargs)
+    for _ in range(2):
+        ref.zero_grad()
+        ((rp * x * lp).sin()).sum().backward()
+        ref.step()
+    errors = {}
+    try:
+        DistributedOptimizer(BrokenOptimizer, [remote_p], lr=0.1)
+    except RuntimeError as exc:
+        errors["ctor"] = str(exc)
+    try:
+        DistributedOptimizer(gw.optim.SGD, [local_p])
+    except TypeError as exc:
+        errors["not_rref"] = str(exc)
+    return {
+        "remote": (rpc.rpc_sync("worker1", param_value, (remote_p,)), rp.detach().numpy()),
+        "local": (local_p.detach().numpy().copy(), lp.detach().numpy()),
+        "untouched": (rpc.rpc_sync("worker2", param_value, (untouched,)), start["untouched"]),
+        "errors": errors,
+    }
+
+
+def scalar_loss(x: gw.Tensor) -> gw.Tensor:
+    return (x * x).sum()
+
+
+def rref_backward(rank: int, world_size: int) -> Any:
+    if rank != 0:
+        return None
+    x = _leaf(15, 3)
+    with dist_autograd.context() as cid:
+        loss_rref = rpc.remote("worker1", scalar_loss, (x,))
+        loss_rref.backward(cid)
+        g = dist_autograd.get_gradients(cid)[x].numpy().copy()
+    return {"got": g, "ref": 2 * x.detach().numpy()}
+
+
+def remote_chain(rank: int, world_size: int) -> Any:
+    """rpc_sync, remote and to_here across four workers, nested."""
+    if rank != 0:
+        return None
+    x, w = _leaf(16, 4), _leaf(17, 4)
+    with dist_autograd.context() as cid:
+        a = rpc.rpc_sync("worker1", scaled_tanh, (x, w))
+        r = rpc.remote("worker2", hop, (["worker3"], a, w))
+        loss = (r.to_here() * x).sum()
+        dist_autograd.backward(cid, [loss])
+        grads = dist_autograd.get_gradients(cid)
+        got = grads[x].numpy().copy(), grads[w].numpy().copy()
+    lx, lw = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    ly = (lx * lw).tanh()
+    for _ in range(2):
+        ly = (ly * lw).sin()
+    (ly * lx).sum().backward()
+    return {"got": got, "ref": (lx.grad.numpy(), lw.grad.numpy())}
+
+
+def die_in_backward(x: gw.Tensor) -> gw.Tensor:
+    class Die(gw.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, t: gw.Tensor) -> gw.Tensor:
+            return t * 1
+
+        @staticmethod
+        def backward(ctx: Any, g: gw.Tensor) -> gw.Tensor:
+            import os
+
+            os._exit(9)
+
+    return Die.apply(x)
+
+
+def peer_dies_in_backward(rank: int, world_size: int) -> Any:
+    if rank != 0:
+        time.sleep(30)  # serve until the backward pass kills this process
+        return None
+    x = _leaf(18, 2)
+    started = time.monotonic()
+    with dist_autograd.context() as cid:
+        y = rpc.rpc_sync("worker1", die_in_backward, (x,))
+        try:
+            dist_autograd.backward(cid, [y.sum()])
+        except Exception as exc:  # noqa: BLE001
+            return {
+                "error": type(exc).__name__,
+                "message": str(exc),
+                "seconds": time.monotonic() - started,
+            }
+    return {"error": None}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from gradwire.distributed.rpc._testing import run_cluster
 
 from . import bodies
@@ -51,3 +52,41 @@ def test_contexts_from_many_threads_with_retain_graph():
     for k, g in out["results"].items():
         x = float(k + 1)
         np.testing.assert_allclose(g, np.full(3, 2 * (1 + 2 * x)))
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "Adam"])
+def test_distributed_optimizer_matches_a_local_replica(opt_name):
+    out = _rank0(run_cluster(3, bodies.dist_optimizer, opt_name))
+    for key in ("remote", "local"):
+        got, ref = out[key]
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+    got, start = out["untouched"]
+    np.testing.assert_array_equal(got, start)  # no gradient: not touched
+    assert "cannot build this optimizer here" in out["errors"]["ctor"]
+    assert "RRef" in out["errors"]["not_rref"]
+
+
+def test_rref_backward_of_a_remote_scalar():
+    out = _rank0(run_cluster(2, bodies.rref_backward))
+    np.testing.assert_allclose(out["got"], out["ref"], rtol=1e-12)
+
+
+def test_rpc_sync_remote_and_to_here_over_four_workers():
+    out = _rank0(run_cluster(4, bodies.remote_chain))
+    for got, ref in zip(out["got"], out["ref"]):
+        np.testing.assert_allclose(got, ref, rtol=1e-12)
+
+
+def test_a_peer_dying_mid_backward_is_an_error_not_a_hang():
+    out = _rank0(
+        run_cluster(
+            2,
+            bodies.peer_dies_in_backward,
+            options={"rpc_timeout": 10},
+            expect_failure={1},
+            shutdown_graceful=False,
+        )
+    )
+    assert out["error"] is not None
+    assert "worker1" in out["message"]
+    assert out["seconds"] < 10 + 5
