@@ -53,9 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gradwire", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    demo = sub.add_parser("demo", help="run the distributed demo job")
-    demo.add_argument("demo_args", nargs=argparse.REMAINDER, help="arguments of the demo")
-    demo.set_defaults(handler=_demo)
+    demo = sub.add_parser(
+        "demo",
+        help="run the distributed demo job (gradwire demo --help for its options)",
+        add_help=False,
+    )
+    demo.set_defaults(handler=_demo, demo_args=[])
     _register_deploy_commands(sub)
     return parser
 
@@ -69,7 +72,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code of the subcommand.
     """
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # The demo parses its own options (argparse.REMAINDER does not take "--x" after a
+    # subcommand), every other subcommand must consume all of its arguments.
+    args, extra = parser.parse_known_args(argv)
+    if args.handler is _demo:
+        args.demo_args = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.handler(args))
 
 

@@ -1,0 +1,33 @@
+"""The main job: ``gradwire demo`` trains across a real local cluster and reports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_gradwire_demo_trains_to_the_target_and_prints_statistics():
+    out = subprocess.run(
+        [sys.executable, "-m", "gradwire.cli", "demo", "--epochs", "6", "--target", "0.85"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    accuracies = [
+        float(l.split("test accuracy ")[1].split()[0]) for l in lines if "test accuracy" in l
+    ]
+    assert len(accuracies) == 2 and min(accuracies) >= 0.85
+    assert any(l.startswith("ps served") and "RRefs" in l for l in lines)
+    assert "epochs" in out.stderr  # the progress bar (tqdm writes to stderr)
+
+
+def test_gradwire_demo_rejects_bad_arguments():
+    out = subprocess.run(
+        [sys.executable, "-m", "gradwire.cli", "demo", "--trainers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "--trainers must be at least 1" in out.stderr
