@@ -19,14 +19,24 @@ import gc
 import logging
 import statistics
 import sys
+import threading
 import time
 from typing import Any
 
 log = logging.getLogger("rref_bench")
 
 
+_done = threading.Event()
+
+
 def small() -> int:
     return 1
+
+
+def finish() -> None:
+    """worker0 is done: worker1 may shut down (not earlier: a long wait at the shutdown barrier
+    is not what this measures)."""
+    _done.set()
 
 
 def owner_memory() -> dict[str, int]:
@@ -72,6 +82,7 @@ def _cycles(n: int, window: int) -> float:
 
 def body(rank: int, world_size: int, latency_iters: int, cycles: int, window: int) -> Any:
     if rank != 0:
+        _done.wait(3600)
         return None
     from gradwire._runtime import agent as _agent
     from gradwire.distributed import rpc
@@ -96,6 +107,7 @@ def body(rank: int, world_size: int, latency_iters: int, cycles: int, window: in
     svc = _agent.current().rref
     gc.collect()
     svc.flush_releases(30)
+    rpc.rpc_sync(1, finish)
     return {
         "remote_to_here_ms": [x * 1e3 for x in _percentiles(samples)],
         "rpc_sync_ms": [x * 1e3 for x in _percentiles(sync)],

@@ -308,7 +308,13 @@ def _decode(pid: Any, ctx: pickler.DecodeContext) -> RRef[Any]:
     if not isinstance(index, int) or not 0 <= index < len(ctx.payload.rrefs):
         raise SerializationError(f"payload refers to RRef {index!r}, which it does not carry")
     agent = _agent.current("receiving an RRef")
-    handle = agent.rref.receive(fork_data_from_pb(ctx.payload.rrefs[index]))
+    data = fork_data_from_pb(ctx.payload.rrefs[index])
+    if not (0 <= data.owner_id < agent.world_size and 0 <= data.parent_id < agent.world_size):
+        raise SerializationError(
+            f"payload from {ctx.peer!r} carries an RRef of worker {data.owner_id} sent by "
+            f"worker {data.parent_id}, outside the cluster of {agent.world_size}"
+        )
+    handle = agent.rref.receive(data)
     ctx.objects.setdefault("R", []).append(handle)
     return RRef._wrap(agent.rref, handle)
 
