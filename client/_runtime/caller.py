@@ -349,6 +349,22 @@ class Caller:
                         peer.dial, method, request, response_cls, left
                     )
             except grpc.RpcError as exc:
-                raise map_rpc_error(exc, peer.name, method, started, timeout) from exc
+                error = map_rpc_error(exc, peer.name, method, started, timeout)
+                if peer.id in self._agent.liveness.lost:
+                    # Declared lost: retrying until the deadline would only stall the sender
+                    # (e.g. a survivor's shutdown sending RRefDeletes to a dead owner).
+                    raise _PeerLost(error) from exc
+                raise error from exc
 
-        return retry_with_backoff(attempt, started + timeout, what=f"{method} to {peer.name}")
+        try:
+            return retry_with_backoff(attempt, started + timeout, what=f"{method} to {peer.name}")
+        except _PeerLost as gone:
+            raise gone.error from None
+
+
+class _PeerLost(Exception):
+    """Stops the retries of a control message to a peer the failure detector declared lost."""
+
+    def __init__(self, error: GradwireError) -> None:
+        super().__init__(error)
+        self.error = error

@@ -105,6 +105,8 @@ class Liveness:
             except Exception:  # noqa: BLE001 - the channel may be closed already
                 pass
         self._subscriptions.clear()
+        for worker_id in list(self.lost):
+            transport.set_lost(self._agent.peer_name(worker_id), None)
         with self._lock:
             threads = list(self._probing.values())
         deadline = time.monotonic() + timeout
@@ -142,6 +144,7 @@ class Liveness:
                     if peer.id in self.lost:
                         log.warning("%s: worker %r answers again", agent.name, peer.name)
                         del self.lost[peer.id]
+                        transport.set_lost(peer.name, None)
                     return
                 except grpc.RpcError as exc:
                     if exc.code() not in _SUSPICIOUS:
@@ -164,6 +167,7 @@ class Liveness:
         if agent.state.value not in _WATCHED_STATES:
             return
         self.lost[peer.id] = (time.time(), why)
+        transport.set_lost(peer.name, why)  # later failures to reach it say it is lost
         log.warning("%s: worker %r is lost: %s", agent.name, peer.name, why)
         error = f"worker {peer.name!r} is lost: {why}"
         agent.caller.fail_peer(peer.id, WorkerUnavailableError(error))

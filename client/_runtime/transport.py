@@ -44,6 +44,7 @@ __all__ = [
     "IN_FLIGHT_MARK",
     "add_failure_observer",
     "remove_failure_observer",
+    "set_lost",
 ]
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,18 @@ def remove_failure_observer(observer: Callable[[str, grpc.StatusCode], None]) ->
         _failure_observers.remove(observer)
 
 
+#: Peers the failure detector declared lost -> why; their unreachability is reported as such.
+_lost: dict[str, str] = {}
+
+
+def set_lost(peer: str, why: str | None) -> None:
+    """Record (``why``) or clear (None) that worker ``peer`` was declared lost."""
+    if why is None:
+        _lost.pop(peer, None)
+    else:
+        _lost[peer] = why
+
+
 def map_rpc_error(
     exc: grpc.RpcError, peer: str, what: str, started: float, timeout: float | None
 ) -> GradwireError:
@@ -118,6 +131,9 @@ def map_rpc_error(
             peer,
             elapsed,
         )
+    lost = _lost.get(peer)
+    if lost and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return WorkerUnavailableError(f"worker {peer!r} is lost ({lost}); {what} cannot reach it")
     if code == grpc.StatusCode.UNAVAILABLE:
         return WorkerUnavailableError(f"worker {peer!r} is unavailable during {what}: {details}")
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
@@ -267,9 +283,13 @@ class Transport:
         """to_here() in one frame (or a continuation; raises grpc.RpcError)."""
         return self._get(address).fetch(request, timeout=timeout, metadata=self.metadata)
 
-    def remote(self, address: str, frame: Frame, timeout: float | None) -> pb.RemoteAck:
-        """remote() whose call fits in one frame (raises grpc.RpcError)."""
-        return self._get(address).remote(frame, timeout=timeout, metadata=self.metadata)
+    def remote_future(
+        self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
+    ) -> None:
+        """Start a remote() whose call fits in one frame; ``done(grpc_future)`` runs on gRPC's
+        thread when it ends."""
+        fut = self._get(address).remote.future(frame, timeout=timeout, metadata=self.metadata)
+        fut.add_done_callback(done)
 
     def framed_control(
         self,

@@ -221,3 +221,118 @@ __all__ = [
     "RpcTimeoutError",
     "WorkerUnavailableError",
 ]
+
+
+# -- RRef scenarios ------------------------------------------------------------------------------
+_kept: list[Any] = []
+
+
+def make_blob(n: int) -> np.ndarray:
+    return np.arange(n, dtype=np.float64)
+
+
+def keep(rref: Any) -> int:
+    """Hold a fork of ``rref`` on this worker (until ``drop_kept``); its length."""
+    _kept.append(rref)
+    return int(rref.to_here().shape[0])
+
+
+def pass_on(rref: Any, path: list[int]) -> int:
+    """Keep a fork here, then hand it on along ``path`` (each hop forks again)."""
+    n = keep(rref)
+    if path:
+        return int(rpc.rpc_sync(path[0], pass_on, (rref, path[1:])))
+    return n
+
+
+def drop_kept() -> int:
+    n = len(_kept)
+    _kept.clear()
+    return n
+
+
+def owner_rrefs() -> int:
+    return int(rpc.get_debug_info().get("num_owner_rrefs", 0))
+
+
+def rref_forks_under_drops(rank: int, world_size: int, control: tuple[str, int]) -> Any:
+    """worker1 owns RRefs that fork across all 4 workers while its link drops, then heals."""
+    if rank != 0:
+        return None
+    rrefs = [rpc.remote("worker1", make_blob, (10 + i,)) for i in range(4)]
+    for rref in rrefs:
+        rref.to_here()
+    del rref
+    forks = []
+    for i, mode in enumerate(["delay 0.05", "reset", "blackhole", "reset"]):
+        command(control, mode)
+        # Forks to 2 and 3 (and on to each other): ForkRequest / ChildAck / RRefDelete meet the
+        # faults; the calls themselves carry the RRef (user calls: not retried, may fail).
+        fut = rpc.rpc_async(2, pass_on, (rrefs[i], [3]), timeout=20.0)
+        time.sleep(0.3)
+        command(control, "pass")
+        forks.append(_timed(fut.wait))
+    # No early delete: every RRef still resolves, from every worker that holds it.
+    wait_until(lambda: _quiet_call("worker1", owner_rrefs) is not None, 20.0)  # reconnected
+    values = [r.to_here(timeout=20.0).shape[0] for r in rrefs]
+    held = [rpc.rpc_sync(w, drop_kept) for w in (2, 3)]
+    rrefs.clear()
+    gc_collect_everywhere(world_size)
+    # No leak once healed: the owner ends with no OwnerRRef.
+    try:
+        leak_free: Any = wait_until(lambda: _quiet_call("worker1", owner_rrefs) == 0, 30.0)
+    except TimeoutError:
+        leak_free = {
+            "left": _quiet_call("worker1", owner_rrefs),
+            "owner": _quiet_call("worker1", _rref_state),
+            "users": [rpc.rpc_sync(w, _rref_state) for w in (0, 2, 3)],
+        }
+    return {"forks": forks, "values": values, "held": held, "owner_clear_s": leak_free}
+
+
+def _rref_state() -> dict[str, Any]:
+    info = rpc.get_debug_info()
+    return {k: v for k, v in info.items() if "rref" in k or "fork" in k or "pending" in k}
+
+
+def _quiet_call(to: str, fn: Callable[[], Any]) -> Any:
+    """The test's own retry of a probe call: None while the channel is still reconnecting."""
+    try:
+        return rpc.rpc_sync(to, fn, timeout=5.0)
+    except WorkerUnavailableError:
+        return None
+
+
+def gc_collect_everywhere(world_size: int) -> None:
+    import gc
+
+    gc.collect()
+    for w in range(world_size):
+        rpc.rpc_sync(w, _collect)
+
+
+def _collect() -> None:
+    import gc
+
+    gc.collect()
+
+
+def rref_owner_killed(rank: int, world_size: int, timeout: float) -> Any:
+    """worker1 owns an RRef held by 0 and 2, then is killed; its users see it is gone."""
+    if rank == 1:
+        threading.Event().wait(120)  # killed by rank 0
+        return None
+    if rank == 2:
+        wait_until(lambda: len(_kept) == 1, 30.0)
+        gone = wait_until(lambda: "worker1" in _lost(), 30.0)
+        use = _timed(lambda: _kept[0].to_here(timeout=10.0))
+        outcome = _timed(lambda: rpc.shutdown(graceful=True, timeout=timeout))
+        return {"use": use, "lost_after_s": gone, "shutdown": outcome}
+    rref = rpc.remote("worker1", make_blob, (8,))
+    assert rpc.rpc_sync("worker2", keep, (rref,)) == 8
+    rpc.rpc_async("worker1", die)
+    first = _timed(lambda: rref.to_here(timeout=10.0))
+    gone = wait_until(lambda: "worker1" in _lost(), 30.0)
+    later = _timed(lambda: rref.to_here(timeout=10.0))
+    outcome = _timed(lambda: rpc.shutdown(graceful=True, timeout=timeout))
+    return {"first": first, "later": later, "lost_after_s": gone, "shutdown": outcome}

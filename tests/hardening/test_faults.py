@@ -182,3 +182,44 @@ def test_fault_proxy_modes_on_a_plain_socket() -> None:
                 c.recv(1)
     stop.set()
     server.close()
+
+
+def test_rref_forks_under_transient_drops() -> None:
+    ports = [free_port() for _ in range(4)]
+    with FaultProxy(f"127.0.0.1:{ports[1]}") as proxy:
+        results = run_cluster(
+            4,
+            bodies.rref_forks_under_drops,
+            ("127.0.0.1", proxy.control_port),
+            timeout=180,
+            options={
+                **_options(peer_lost_seconds=60.0),
+                "init_method": [f"127.0.0.1:{p}" for p in ports],
+            },
+            rank_options={1: {"advertise_address": proxy.address}},
+        )
+    r = results[0].value
+    print(f"rref forks under drops: {r}")
+    assert r["values"] == [10, 11, 12, 13]  # no early delete
+    assert isinstance(r["owner_clear_s"], float), r["owner_clear_s"]  # no leak once healed
+
+
+def test_rref_owner_killed_users_get_a_clear_error_and_shut_down() -> None:
+    timeout = 20.0
+    results = run_cluster(
+        3,
+        bodies.rref_owner_killed,
+        timeout,
+        timeout=120,
+        options=_options(),
+        expect_failure={1},
+    )
+    r0, r2 = results[0].value, results[2].value
+    print(f"rref owner killed: {r0} / {r2}")
+    for message, elapsed in (r0["first"], r0["later"], r2["use"]):
+        assert message.startswith("WorkerUnavailableError") and "worker1" in message, message
+        assert elapsed < RPC_TIMEOUT / 2
+    assert "lost" in r0["later"][0] and "lost" in r2["use"][0]
+    for r in (r0, r2):
+        message, elapsed = r["shutdown"]
+        assert elapsed < timeout, r["shutdown"]
