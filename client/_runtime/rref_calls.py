@@ -1,10 +1,11 @@
 """remote() on the wire: RemoteCall, both sides (to_here() is in ``rref_fetch``).
 
 Caller: mint the RRef's ids (``create_remote``), encode the call (forking RRef arguments),
-return at once, and send the RemoteCall on the serving pool, retried on transient failure (the
-RRefId makes it idempotent: the owner runs the function at most once). The RemoteAck confirms
-the caller's fork; it carries the creation error, if any, which the caller raises at the next
-use of the RRef (``rref_outcome.Creation``).
+return at once, and send the RemoteCall as gRPC futures (``rref_remote_send``: no thread held
+while the owner runs the function), retried on transient failure (the RRefId makes it
+idempotent: the owner runs the function at most once). The RemoteAck confirms the caller's
+fork; it carries the creation error, if any, which the caller raises at the next use of the
+RRef (``rref_outcome.Creation``).
 
 Owner: ``accept_remote_call``; on the first delivery decode the call and run the function once
 its RRef arguments are confirmed, filling the OwnerRRef's value slot; answer every delivery
@@ -21,8 +22,6 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
 from .._proto import worker_pb2 as pb
 from .._wire import calls
 from .._wire.exceptions import decode_exception, encode_exception
@@ -34,17 +33,16 @@ from ..errors import (
     RpcTimeoutError,
     SerializationError,
 )
-from ..futures import Future, blocking_region
+from ..futures import Future
 from . import hooks
 from .callee import ASYNC_EXECUTION_ATTR
-from .retry import retry_with_backoff
 from .rref_errors import RRefProtocolError
 from .rref_messages import RemoteAck
 from .rref_outcome import Creation, Failure
 from .rref_protocol import RRefHandle
+from .rref_remote_send import RemoteSend
 from .rref_value import ValueSlot
 from .rref_wire import from_gid, to_gid
-from .transport import map_rpc_error
 from .workers import Peer
 
 if TYPE_CHECKING:
@@ -126,66 +124,59 @@ class RRefCalls:
             svc.protocol.abandon_remote(handle, exc)
             raise
         creation = Creation(f"remote({name}) on worker {peer.name!r}", timeout)
+        call = first.call
+
+        def done(ack: pb.RemoteAck | None, error: BaseException | None) -> None:
+            try:
+                self._acked(peer, call, handle, creation, ack, error)
+            finally:
+                svc.track(-1)
+
+        # Delivery keeps trying past the user's timeout (which Creation enforces), so that a
+        # slow function still confirms the caller's fork and its RRef is deleted, not leaked.
+        deadline = time.monotonic() + (timeout or 0.0) + svc.control_budget
         svc.track(1)
-        try:
-            agent.pool.submit(self._send_remote, peer, frames, single, first.call, handle, creation)
-        except RuntimeError as exc:
-            svc.track(-1)
-            raise RpcShutdownError(f"the RPC agent of {agent.name!r} is stopping") from exc
+        RemoteSend(
+            agent,
+            peer,
+            frames,
+            single,
+            deadline,
+            done,
+            lambda: svc.emit("RemoteCall", "sent", handle.rref_id, handle.fork_id, peer.id),
+        ).start()
         return handle, creation
 
-    def _send_remote(
+    def _acked(
         self,
         peer: Peer,
-        frames: list[Any],
-        single: bool,
         call: pb.CallHeader,
         handle: RRefHandle,
         creation: Creation,
+        ack: pb.RemoteAck | None,
+        error: BaseException | None,
     ) -> None:
         svc, agent = self.svc, self.svc.agent
         assert handle.fork_id is not None
-        started = time.monotonic()
-        # Delivery keeps trying past the user's timeout (which Creation enforces), so that a
-        # slow function still confirms the caller's fork and its RRef is deleted, not leaked.
-        budget = (creation.timeout or 0.0) + svc.control_budget
-
-        def attempt(left: float) -> pb.RemoteAck:
-            svc.emit("RemoteCall", "sent", handle.rref_id, handle.fork_id, peer.id)
-            try:
-                with blocking_region():
-                    if single:
-                        return agent.transport.remote(peer.dial, frames[0], left)
-                    return agent.transport.framed_control(
-                        peer.dial, "RemoteCall", frames, pb.RemoteAck, left
-                    )
-            except grpc.RpcError as exc:
-                raise map_rpc_error(exc, peer.name, "RemoteCall", started, left) from exc
-
-        try:
-            try:
-                ack = retry_with_backoff(
-                    attempt, started + budget, what=f"RemoteCall to {peer.name}"
-                )
-            except BaseException as exc:  # noqa: BLE001 - the creation error
-                svc.fail_fork(handle.fork_id, exc)
-                if isinstance(exc, RpcTimeoutError):
-                    exc = creation.timed_out()
-                creation.future.set_result(Failure(exc))
-                return
-            svc.emit("RemoteAck", "received", handle.rref_id, handle.fork_id, peer.id)
-            svc.send(svc.protocol.handle(RemoteAck(agent.rank, handle.rref_id, handle.fork_id)))
-            reply = pb.ReplyHeader(message_id=call.message_id)
-            if ack.HasField("autograd"):
-                reply.autograd.CopyFrom(ack.autograd)
-            hooks.recv_reply(call, reply, [], peer.id)
-            if ack.HasField("error"):
-                error = decode_exception(ack.error, agent.policy, agent.name)
-                creation.future.set_result(Failure(error))
-            else:
-                creation.future.set_result(None)
-        finally:
-            svc.track(-1)
+        if ack is None:
+            assert error is not None
+            svc.fail_fork(handle.fork_id, error)
+            if isinstance(error, RpcTimeoutError):
+                error = creation.timed_out()
+            creation.future.set_result(Failure(error))
+            return
+        svc.emit("RemoteAck", "received", handle.rref_id, handle.fork_id, peer.id)
+        svc.send(svc.protocol.handle(RemoteAck(agent.rank, handle.rref_id, handle.fork_id)))
+        reply = pb.ReplyHeader(message_id=call.message_id)
+        if ack.HasField("autograd"):
+            reply.autograd.CopyFrom(ack.autograd)
+        hooks.recv_reply(call, reply, [], peer.id)
+        if ack.HasField("error"):
+            creation.future.set_result(
+                Failure(decode_exception(ack.error, agent.policy, agent.name))
+            )
+        else:
+            creation.future.set_result(None)
 
     def remote_to_self(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RRefHandle:
         """remote() to this worker: a local OwnerRRef filled by ``fn`` on the serving pool.

@@ -283,10 +283,6 @@ class Transport:
         """to_here() in one frame (or a continuation; raises grpc.RpcError)."""
         return self._get(address).fetch(request, timeout=timeout, metadata=self.metadata)
 
-    def remote(self, address: str, frame: Frame, timeout: float | None) -> pb.RemoteAck:
-        """remote() whose call fits in one frame (raises grpc.RpcError)."""
-        return self._get(address).remote(frame, timeout=timeout, metadata=self.metadata)
-
     def remote_future(
         self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
     ) -> None:

@@ -131,13 +131,15 @@ def creation_errors(rank: int, world_size: int) -> dict[str, Any]:
     if rank != 0:
         return {}
     out: dict[str, Any] = {}
-    bad = rpc.remote(1, h.fail_with_value_error, ("boom",))
     uses = {
         "to_here": lambda r: r.to_here(),
         "fork": lambda r: rpc.rpc_sync(2, h.identity, (r,)),
         "proxy": lambda r: r.rpc_sync().anything(),
     }
     for what, use in uses.items():
+        bad = rpc.remote(1, h.fail_with_value_error, ("boom",))
+        if what != "to_here":  # to_here asks the owner; the others need the RemoteAck here
+            assert h.confirmed_soon(bad)
         try:
             use(bad)
             out[what] = "no error"
