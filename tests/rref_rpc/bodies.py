@@ -382,3 +382,24 @@ def large_values(rank: int, world_size: int) -> dict[str, Any]:
         "shared": float(shared["value"].sum()),
         "quiet": h.wait_quiet([0, 1, 2]),
     }
+
+
+def burst_of_deletes(rank: int, world_size: int, n: int) -> dict[str, Any]:
+    """``n`` UserRRefs dropped at once: every owner record goes, with a bounded number of
+    threads sending the deletes."""
+    if rank != 0:
+        return {}
+    from gradwire._runtime import agent as _agent
+
+    many = rpc.rpc_sync(1, h.make_many, (n,))
+    total = sum(r.to_here() for r in many[:10])
+    before = rpc.get_debug_info()["serving_threads"]
+    many = None
+    gc.collect()
+    _agent.current().rref.flush_releases(30)
+    during = rpc.get_debug_info()["serving_threads"]
+    return {
+        "total": total,
+        "threads": [before, during],
+        "quiet": h.wait_quiet([0, 1], timeout=60),
+    }

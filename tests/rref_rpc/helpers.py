@@ -299,3 +299,8 @@ def confirmed_soon(rref: rpc.RRef[Any], timeout: float = 20.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def make_many(n: int) -> list[rpc.RRef[Any]]:
+    """``n`` OwnerRRefs here, returned as forks to the caller."""
+    return [rpc.RRef(i) for i in range(n)]

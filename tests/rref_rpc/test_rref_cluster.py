@@ -202,3 +202,11 @@ def test_values_larger_than_a_frame_are_streamed():
     out = _rank0(3, bodies.large_values, options={**OPTIONS, "single_frame_bytes": 4096})
     assert out["sum"] == 100_000.0 and out["shared"] == 100_000.0
     _assert_quiet(out["quiet"])
+
+
+def test_a_burst_of_deletes_uses_a_bounded_number_of_threads():
+    out = _rank0(3, bodies.burst_of_deletes, 2000)
+    assert out["total"] == 45
+    _assert_quiet(out["quiet"])
+    before, during = out["threads"]
+    assert during <= before + 16, out["threads"]  # 8 senders per peer, not 2000 threads
