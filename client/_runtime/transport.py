@@ -328,7 +328,7 @@ class Transport:
         HealthCheckResponse. Raises grpc.RpcError when it does not answer."""
         stubs = self._get(address)
         check = stubs.channel.unary_unary(_HEALTH_CHECK)
-        return check(b"", timeout=timeout)  # type: ignore[no-any-return]
+        return check(b"", timeout=timeout)
 
     def drop(self, address: str) -> None:
         """Close the channel to ``address`` (its calls fail with CANCELLED); the next call
