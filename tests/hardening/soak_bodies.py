@@ -22,7 +22,7 @@ import gradwire.distributed.autograd as dist_autograd
 import numpy as np
 from gradwire.distributed import rpc
 
-__all__ = ["soak", "snapshot", "make_weight", "forward", "sgd_step", "make_blob", "peek"]
+__all__ = ["soak", "finish", "snapshot", "make_weight", "forward", "sgd_step", "make_blob", "peek"]
 
 DIM = 32
 
@@ -69,16 +69,28 @@ def snapshot() -> dict[str, int]:
 
 
 def _settled(base: dict[str, int], now: dict[str, int]) -> bool:
+    # Every user reference is gone by now (the weights too): no OwnerRRef may remain.
     return (
-        now["owner_rrefs"] <= base["owner_rrefs"]
+        now["owner_rrefs"] == 0
         and now["contexts"] <= base["contexts"]
         and now["threads"] <= base["threads"] + 2
         and now["fds"] <= base["fds"] + 4
     )
 
 
+_finished = threading.Event()
+
+
+def finish() -> None:
+    """Rank 0 is done: the other workers may start their shutdown."""
+    _finished.set()
+
+
 def soak(rank: int, world_size: int, seconds: float) -> Any:
     if rank != 0:
+        # Serve until rank 0 is done: a graceful shutdown started now would give up at its
+        # barrier after rpc_timeout and stop this worker under rank 0's running loop.
+        _finished.wait(seconds + 600)
         return None
     rng = np.random.default_rng(0)
     true_w = rng.standard_normal((2 * DIM, 1))
@@ -122,6 +134,8 @@ def soak(rank: int, world_size: int, seconds: float) -> Any:
             break
         time.sleep(0.5)
         end = [rpc.rpc_sync(w, snapshot) for w in range(world_size)]
+    for w in range(1, world_size):
+        rpc.rpc_sync(w, finish)
     return {
         "steps": steps,
         "seconds": elapsed,

@@ -24,8 +24,10 @@ def _soak(seconds: float) -> None:
         3,
         soak_bodies.soak,
         seconds,
-        timeout=seconds + 300,
-        options={"rpc_timeout": 60.0},
+        timeout=seconds + 900,
+        # Loopback TCP: the Unix sockets live in /tmp, which other jobs on a shared machine
+        # may clean up under a long run (seen once: "unix:/tmp/gw-.../2.sock: No such file").
+        options={"rpc_timeout": 60.0, "use_unix_socket": False},
     )
     r = results[0].value
     print(json.dumps(r, indent=1))
@@ -35,7 +37,7 @@ def _soak(seconds: float) -> None:
     assert r["steps"] > 0
     assert r["loss_last"] < r["loss_first"]
     for rank, (base, end) in enumerate(zip(r["base"], r["end"])):
-        assert end["owner_rrefs"] <= base["owner_rrefs"], (rank, base, end)
+        assert end["owner_rrefs"] == 0, (rank, base, end)  # weights dropped before the end
         assert end["contexts"] <= base["contexts"], (rank, base, end)
         assert end["threads"] <= base["threads"] + 2, (rank, base, end)
         assert end["fds"] <= base["fds"] + 4, (rank, base, end)
