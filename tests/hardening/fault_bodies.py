@@ -173,7 +173,14 @@ def kill_during_call(rank: int, world_size: int, big: int) -> Any:
         "reclaimed_wait_s": reclaimed,
         "lost": _lost(),
         "after": _timed(lambda: rpc.rpc_sync("worker1", record, ("ghost",), timeout=5.0)),
+        "shm": _shm_stats(),
     }
+
+
+def _shm_stats() -> dict[str, int]:
+    from gradwire._wire import shm
+
+    return shm.stats()
 
 
 def kill_during_backward(rank: int, world_size: int) -> Any:

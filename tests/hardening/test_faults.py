@@ -96,6 +96,7 @@ def test_kill_during_call_fails_pending_at_once_and_reclaims_contexts() -> None:
     assert r0["lost"] == ["worker1"] and r2["lost"] == ["worker1"]
     assert r0["after"][0].startswith("WorkerUnavailableError"), r0["after"]
     assert results[1].exitcode == -9
+    assert r0["shm"].get("sent", 0) >= 1, r0["shm"]  # the 2 MiB argument went through /dev/shm
     leaked = _shm_names() - before
     assert not leaked, f"shared memory left behind: {sorted(leaked)}"
     print(f"kill during call: {r0} / {r2}")
