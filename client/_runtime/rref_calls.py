@@ -1,7 +1,7 @@
 """remote() on the wire: RemoteCall, both sides (to_here() is in ``rref_fetch``).
 
 Caller: mint the RRef's ids (``create_remote``), encode the call (forking RRef arguments),
-return at once, and send the RemoteCall as gRPC futures (``rref_remote_send``: no thread held
+return at once, and send the RemoteCall as gRPC futures (``rref_send``: no thread held
 while the owner runs the function), retried on transient failure (the RRefId makes it
 idempotent: the owner runs the function at most once). The RemoteAck confirms the caller's
 fork; it carries the creation error, if any, which the caller raises at the next use of the
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._proto import worker_pb2 as pb
@@ -40,7 +41,7 @@ from .rref_errors import RRefProtocolError
 from .rref_messages import RemoteAck
 from .rref_outcome import Creation, Failure
 from .rref_protocol import RRefHandle
-from .rref_remote_send import RemoteSend
+from .rref_send import RetryingSend
 from .rref_value import ValueSlot
 from .rref_wire import from_gid, to_gid
 from .workers import Peer
@@ -136,11 +137,20 @@ class RRefCalls:
         # slow function still confirms the caller's fork and its RRef is deleted, not leaked.
         deadline = time.monotonic() + (timeout or 0.0) + svc.control_budget
         svc.track(1)
-        RemoteSend(
+
+        def start(seconds: float, settled: Callable[[Any], None]) -> None:
+            if single:
+                agent.transport.remote_future(peer.dial, frames[0], seconds, settled)
+            else:
+                agent.transport.framed_control_future(
+                    peer.dial, "RemoteCall", frames, pb.RemoteAck, seconds, settled
+                )
+
+        RetryingSend(
             agent,
             peer,
-            frames,
-            single,
+            "RemoteCall",
+            start,
             deadline,
             done,
             lambda: svc.emit("RemoteCall", "sent", handle.rref_id, handle.fork_id, peer.id),

@@ -47,6 +47,7 @@ from .rref_messages import (
     RRefForkData,
 )
 from .rref_protocol import RRefHandle, RRefProtocol
+from .rref_send import RetryingSend
 from .rref_wire import REQUESTS, from_gid, request_of, to_gid
 
 if TYPE_CHECKING:
@@ -60,8 +61,8 @@ log = logging.getLogger(__name__)
 #: processing a control message; tests raise WorkerUnavailableError from it to make the
 #: sender retry (before: the message is lost; after: the answer is lost, so it is duplicated).
 FaultHook = Callable[[str, str], None]
-#: Pool tasks sending control messages to one destination at once.
-SENDERS_PER_PEER = 8
+#: Control messages in flight to one destination at once (the others wait in its outbox).
+IN_FLIGHT_PER_PEER = 64
 
 
 class RRefService:
@@ -87,7 +88,7 @@ class RRefService:
         self._in_flight = 0
         # Control messages waiting for a sender, and the senders running, per destination.
         self._outbox: dict[int, collections.deque[ControlMessage]] = {}
-        self._senders: dict[int, int] = {}
+        self._sending: dict[int, int] = {}
         # Forks whose confirmation can never come (ForkRequest or RemoteCall given up on).
         self._failed: dict[GloballyUniqueId, BaseException] = {}
         self._waiters: dict[GloballyUniqueId, list[Future[None]]] = {}
@@ -124,10 +125,10 @@ class RRefService:
     # -- sending -----------------------------------------------------------------------------
 
     def send(self, messages: Iterable[ControlMessage]) -> None:
-        """Queue each message for its destination; at most ``SENDERS_PER_PEER`` pool tasks
-        per destination send them, each retried until answered (never blocks). The bound
-        keeps a burst (10,000 deletes at shutdown) from becoming 10,000 blocked threads, and
-        a dead peer from holding up the messages to the others."""
+        """Queue each message for its destination and send it, retried until answered (never
+        blocks). Sends are gRPC futures (no thread held), at most ``IN_FLIGHT_PER_PEER`` per
+        destination: a burst (10,000 deletes at shutdown) queues instead of flooding the
+        peer, and a dead peer does not hold up the messages to the others."""
         for msg in messages:
             if type(msg) not in REQUESTS:
                 log.error("RRef protocol produced %r, which is not a request; dropped", msg)
@@ -138,59 +139,84 @@ class RRefService:
                     self._parents.pop(msg.fork_id, None)
                 self._in_flight += 1
                 self._outbox.setdefault(msg.dest, collections.deque()).append(msg)
-                start = self._senders.get(msg.dest, 0) < SENDERS_PER_PEER
-                if start:
-                    self._senders[msg.dest] = self._senders.get(msg.dest, 0) + 1
-            if start:
-                try:
-                    self.agent.pool.submit(self._sender, msg.dest)
-                except RuntimeError:  # pool closed: the agent is stopping
-                    self._drop_outbox(msg.dest)
+            self._pump(msg.dest)
 
-    def _sender(self, dest: int) -> None:
+    def _pump(self, dest: int) -> None:
         while True:
             with self._lock:
-                queue_ = self._outbox.get(dest)
-                if not queue_:
-                    self._senders[dest] -= 1
+                waiting = self._outbox.get(dest)
+                if not waiting or self._sending.get(dest, 0) >= IN_FLIGHT_PER_PEER:
                     return
-                msg = queue_.popleft()
-            self._deliver(msg)
+                msg = waiting.popleft()
+                self._sending[dest] = self._sending.get(dest, 0) + 1
+            self._start(msg)
 
-    def _drop_outbox(self, dest: int) -> None:
-        with self._lock:
-            dropped = list(self._outbox.pop(dest, ()))
-            self._senders[dest] = 0
-        for msg in dropped:
-            log.warning("RRef %s not sent: the agent of %s stopped", msg, self.agent.name)
-            self.track(-1)
-
-    def _deliver(self, msg: ControlMessage) -> None:
+    def _start(self, msg: ControlMessage) -> None:
         method, response_cls = REQUESTS[type(msg)]
-        try:
-            request = request_of(msg)
-            reply = self.agent.caller.send_control(
-                self.agent.peers[msg.dest], method, request, response_cls, self.control_budget
+        agent = self.agent
+        request = request_of(msg)
+
+        def start(seconds: float, settled: Callable[[Any], None]) -> None:
+            agent.transport.control_future(
+                agent.peers[msg.dest].dial, method, request, response_cls, seconds, settled
             )
-            if isinstance(msg, ForkRequest):
-                accepted = ForkAccepted(
-                    self.agent.rank, msg.rref_id, msg.fork_id, known=bool(reply.known)
-                )
-                self.emit("ForkAccepted", "received", msg.rref_id, msg.fork_id, msg.dest)
-                self.send(self.protocol.handle(accepted))
-        except BaseException as exc:  # noqa: BLE001 - logged; a lost message is a leak
+
+        def done(reply: Any, error: BaseException | None) -> None:
+            try:
+                self._answered(msg, reply, error)
+            finally:
+                with self._lock:
+                    self._sending[msg.dest] -= 1
+                self.track(-1)
+                self._pump(msg.dest)
+
+        deadline = time.monotonic() + self.control_budget
+        if not 0 <= msg.dest < len(agent.peers):
+            done(None, RRefProtocolError(f"no worker {msg.dest} in this cluster"))
+            return
+        RetryingSend(agent, agent.peers[msg.dest], method, start, deadline, done).start()
+
+    def _answered(self, msg: ControlMessage, reply: Any, error: BaseException | None) -> None:
+        method = REQUESTS[type(msg)][0]
+        if error is not None:
             log.warning(
                 "%s for RRef %s fork %s to worker %s failed for good: %s (the RRef may leak)",
                 method,
                 msg.rref_id,
                 msg.fork_id,
                 self.agent.peer_name(msg.dest),
-                exc,
+                error,
             )
             if isinstance(msg, ForkRequest):
-                self.fail_fork(msg.fork_id, exc)
-        finally:
+                self.fail_fork(msg.fork_id, error)
+            return
+        if isinstance(msg, ForkRequest):
+            accepted = ForkAccepted(
+                self.agent.rank, msg.rref_id, msg.fork_id, known=bool(reply.known)
+            )
+            self.emit("ForkAccepted", "received", msg.rref_id, msg.fork_id, msg.dest)
+            self.send(self.protocol.handle(accepted))
+
+    def on_peer_lost(self, worker_id: int) -> None:
+        """The failure detector declared ``worker_id`` lost: drop the messages queued for it,
+        and fail what waits for a confirmation only it could give (its RRefs leak here)."""
+        with self._lock:
+            dropped = list(self._outbox.pop(worker_id, ()))
+        for _ in dropped:
             self.track(-1)
+        error = WorkerUnavailableError(
+            f"worker {self.agent.peer_name(worker_id)!r} was lost; its RRefs cannot be confirmed"
+        )
+        for _rref_id, fork_id in self.protocol.pending().pending_users:
+            rec = self.protocol._users.users.get(fork_id)  # noqa: SLF001 - owner of the fork
+            if rec is not None and rec.owner_id == worker_id:
+                self.fail_fork(fork_id, error)
+        if dropped:
+            log.warning(
+                "dropped %d RRef message(s) to lost worker %s",
+                len(dropped),
+                self.agent.peer_name(worker_id),
+            )
 
     def track(self, delta: int) -> None:
         """Count a send (or a RemoteCall) in flight, for the shutdown drain."""

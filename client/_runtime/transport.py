@@ -273,6 +273,21 @@ class Transport:
         stub = self._get(address).control(method, response_cls)
         return stub(request, timeout=timeout, metadata=self.metadata, wait_for_ready=wait_for_ready)
 
+    def control_future(
+        self,
+        address: str,
+        method: str,
+        request: Any,
+        response_cls: Any,
+        timeout: float | None,
+        done: Callable[[Any], None],
+    ) -> None:
+        """Start a plain protobuf unary call of ``method``; ``done(grpc_future)`` runs on
+        gRPC's thread when it ends."""
+        stub = self._get(address).control(method, response_cls)
+        fut = stub.future(request, timeout=timeout, metadata=self.metadata)
+        fut.add_done_callback(done)
+
     def fetch_rref(
         self, address: str, request: pb.FetchRequest, timeout: float | None
     ) -> Iterator[Frame]:
