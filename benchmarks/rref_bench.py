@@ -65,8 +65,12 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
 
 
 def _cycles(n: int, window: int) -> float:
+    """``n`` remote()+drop cycles, about ``window`` RRefs alive at once (created or with
+    their delete still on the way); returns the seconds taken to issue them."""
+    from gradwire._runtime import agent as _agent
     from gradwire.distributed import rpc
 
+    svc = _agent.current().rref
     started = time.perf_counter()
     done = 0
     while done < n:
@@ -77,6 +81,9 @@ def _cycles(n: int, window: int) -> float:
             rref._creation.future.wait(60)  # noqa: SLF001
         done += len(batch)
         del batch, rref
+        svc.flush_releases(60)
+        while svc._in_flight > window:  # noqa: SLF001 - the deletes of earlier batches
+            time.sleep(0.001)
     return time.perf_counter() - started
 
 

@@ -203,7 +203,10 @@ def start_watch() -> None:
 
 def stop_watch() -> list[tuple[str, str, str, str, str]]:
     channel, call, events = _state.pop("watch")
-    time.sleep(0.2)  # let the last events through
+    deadline, seen = time.monotonic() + 10, -1
+    while len(events) != seen and time.monotonic() < deadline:  # until the stream is quiet
+        seen = len(events)
+        time.sleep(0.3)
     call.cancel()
     channel.close()
     return [
