@@ -64,10 +64,14 @@ def test_fuzz_method(target: Target, method: str) -> None:
     _check(target, method, float(os.environ.get("GRADWIRE_FUZZ_SECONDS", "2")))
 
 
+SLOW_SECONDS = float(os.environ.get("GRADWIRE_FUZZ_SLOW_SECONDS", "60"))
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(SLOW_SECONDS + 300)
 @pytest.mark.parametrize("method", methods())
 def test_fuzz_method_long(target: Target, method: str) -> None:
-    _check(target, method, float(os.environ.get("GRADWIRE_FUZZ_SLOW_SECONDS", "60")))
+    _check(target, method, SLOW_SECONDS)
 
 
 def test_target_still_serves_and_shuts_down(target: Target) -> None:

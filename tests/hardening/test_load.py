@@ -61,5 +61,6 @@ def test_load_short() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3900)  # beyond the suite's default 300 s
 def test_load_full() -> None:
     _load(int(os.environ.get("GRADWIRE_LOAD_FULL_CALLS", "100000")), timeout=3600)
