@@ -47,6 +47,9 @@ async def _start(address: str, agent: Any) -> tuple[grpc.aio.Server, int]:
             *channel_options(options),
             # Accept the clients' keepalive pings while calls are active.
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+            # A peer parked at the shutdown barrier keeps pinging; never answer it with
+            # GOAWAY "too_many_pings" (seen after ~40 s of waiting).
+            ("grpc.http2.max_ping_strikes", 0),
             ("grpc.so_reuseport", 0),
         ],
     )
