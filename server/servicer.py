@@ -283,7 +283,9 @@ class WorkerServicer:
         size = sum(memoryview(b).nbytes for b in buffers)
         if size <= self._agent.options.single_frame_bytes:
             return next(split(first, buffers, max(1, size)))
-        parked = self._agent.callee.park((first, buffers), _caller_id(context, self._agent.world_size), None)
+        parked = self._agent.callee.park(
+            (first, buffers), _caller_id(context, self._agent.world_size), None
+        )
         head = pb.FetchHeader(rref_id=first.fetch.rref_id, continuation=parked.reply.continuation)
         return Frame(pb.FrameHeader(fetch=head, payload=pb.Payload(), last=True), ())
 
