@@ -30,6 +30,7 @@ from ..errors import (
     RpcError,
     RpcShutdownError,
     SerializationError,
+    WorkerUnavailableError,
 )
 from ..futures import Future, blocking_region
 from . import hooks
@@ -283,12 +284,13 @@ class Caller:
             # for those it took, whose tickets it already cleared (see gradwire._wire.shm).
             shm.cancel(shared)
 
-    def fail_peer(self, worker_id: int, exc: BaseException) -> int:
-        """Fail every pending call to ``worker_id`` with ``exc`` (it is lost); how many."""
+    def fail_peer(self, worker_id: int, reason: str) -> int:
+        """Fail every pending call to ``worker_id`` with WorkerUnavailableError(``reason``)
+        (it is lost); how many. Each future gets its own exception object."""
         with self._lock:
             doomed = [f for m, f in self.pending.items() if self._dest.get(m) == worker_id]
         for fut in doomed:
-            self._fail(fut, exc)
+            self._fail(fut, WorkerUnavailableError(reason))
         return len(doomed)
 
     def fail_all(self, reason: str) -> None:

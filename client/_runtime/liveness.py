@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING
 import grpc
 
 from .._proto import worker_pb2 as pb
-from ..errors import WorkerUnavailableError
 from . import loop as io
 from . import transport
 
@@ -169,8 +168,7 @@ class Liveness:
         self.lost[peer.id] = (time.time(), why)
         transport.set_lost(peer.name, why)  # later failures to reach it say it is lost
         log.warning("%s: worker %r is lost: %s", agent.name, peer.name, why)
-        error = f"worker {peer.name!r} is lost: {why}"
-        agent.caller.fail_peer(peer.id, WorkerUnavailableError(error))
+        agent.caller.fail_peer(peer.id, f"worker {peer.name!r} is lost: {why}")
         agent.transport.drop(peer.dial)
         agent.autograd.on_peer_lost(peer.id)
         if agent.barriers is not None:  # rank 0: the shutdown barriers stop waiting for it

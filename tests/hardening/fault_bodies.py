@@ -343,3 +343,24 @@ def rref_owner_killed(rank: int, world_size: int, timeout: float) -> Any:
     later = _timed(lambda: rref.to_here(timeout=10.0))
     outcome = _timed(lambda: rpc.shutdown(graceful=True, timeout=timeout))
     return {"first": first, "later": later, "lost_after_s": gone, "shutdown": outcome}
+
+
+def blackholed_for_good(rank: int, world_size: int, control: tuple[str, int]) -> Any:
+    """worker1's link goes silent for good (no RST): keepalive and the detector must notice."""
+    if rank == 1:
+        threading.Event().wait(120)  # cut off; killed by run_cluster at the end
+        return None
+    if rank == 2:
+        return None
+    assert rpc.rpc_sync("worker1", record, ("before",)) == 1
+    pending = [rpc.rpc_async("worker1", nap, (0.5,)) for _ in range(3)]
+    command(control, "blackhole")
+    start = time.monotonic()
+    blocked = _timed(lambda: rpc.rpc_sync("worker1", nap, (0.5,)))
+    others = [_timed(f.wait) for f in pending]
+    lost_s = wait_until(lambda: "worker1" in _lost(), 60.0)
+    return {
+        "blocked_call": blocked,
+        "pending": others,
+        "lost_after_s": time.monotonic() - start if lost_s is not None else None,
+    }
