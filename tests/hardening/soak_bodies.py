@@ -25,6 +25,8 @@ from gradwire.distributed import rpc
 __all__ = ["soak", "finish", "snapshot", "make_weight", "forward", "sgd_step", "make_blob", "peek"]
 
 DIM = 32
+#: num_worker_threads of the soak cluster (GrpcRpcBackendOptions default).
+POOL_THREADS = 16
 
 
 def make_weight(seed: int) -> gw.Tensor:
@@ -51,7 +53,7 @@ def peek(blob: rpc.RRef) -> int:
     return int(blob.to_here().shape[0])
 
 
-def snapshot() -> dict[str, int]:
+def snapshot() -> dict[str, Any]:
     """This worker's counters (taken on a serving thread)."""
     gc.collect()
     info = rpc.get_debug_info()
@@ -63,6 +65,13 @@ def snapshot() -> dict[str, int]:
         "owner_rrefs": int(info.get("num_owner_rrefs", 0)),
         "contexts": int(info.get("num_autograd_contexts", 0)),
         "threads": threading.active_count(),
+        # The serving pool keeps up to num_worker_threads threads once it grew (by design);
+        # every other thread must come back to the baseline.
+        "serving_threads": int(info.get("serving_threads", 0)),
+        "other_threads": threading.active_count() - int(info.get("serving_threads", 0)),
+        "thread_names": sorted(
+            t.name.rstrip("0123456789").rstrip("-_") for t in threading.enumerate()
+        ),
         "fds": len(os.listdir("/proc/self/fd")),
         "rss_kib": rss,
     }
@@ -73,7 +82,8 @@ def _settled(base: dict[str, int], now: dict[str, int]) -> bool:
     return (
         now["owner_rrefs"] == 0
         and now["contexts"] <= base["contexts"]
-        and now["threads"] <= base["threads"] + 2
+        and now["other_threads"] <= base["other_threads"] + 1
+        and now["serving_threads"] <= POOL_THREADS
         and now["fds"] <= base["fds"] + 4
     )
 
