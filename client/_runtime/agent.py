@@ -81,15 +81,13 @@ def current(verb: str = "this function") -> Agent:
     """
     agent = _current
     if agent is None or agent.state not in (AgentState.RUNNING, AgentState.SHUTTING_DOWN):
-        after = agent is not None or _was_shut_down
-        raise RpcNotInitializedError(
-            f"{verb} needs RPC: "
-            + (
-                "RPC was shut down in this process; call init_rpc() again first"
-                if after
-                else "call gradwire.distributed.rpc.init_rpc(name, rank, world_size) first"
-            )
-        )
+        if agent is not None and agent.state in (AgentState.UNINITIALIZED, AgentState.JOINING):
+            why = "init_rpc() has not finished its rendezvous yet; call it after init_rpc returns"
+        elif agent is not None or _was_shut_down:
+            why = "RPC was shut down in this process; call init_rpc() again first"
+        else:
+            why = "call gradwire.distributed.rpc.init_rpc(name, rank, world_size) first"
+        raise RpcNotInitializedError(f"{verb} needs RPC: {why}")
     return agent
 
 
@@ -101,11 +99,17 @@ def current_or_none() -> Agent | None:
 _was_shut_down = False
 
 
-def set_current(agent: Agent | None) -> None:
-    """Install (or clear) the process's agent."""
+def set_current(agent: Agent | None, *, after_shutdown: bool = True) -> None:
+    """Install (or clear) the process's agent.
+
+    Args:
+        agent: the agent to install, or None to clear.
+        after_shutdown: clearing ends a session that ran (later errors say "RPC was shut
+            down"); False when clearing an agent whose init_rpc failed.
+    """
     global _current, _was_shut_down
     with _current_lock:
-        if agent is None and _current is not None:
+        if agent is None and _current is not None and after_shutdown:
             _was_shut_down = True
         _current = agent
 
@@ -311,8 +315,10 @@ class Agent:
         if self.rank == 0:
             self.barriers = BarrierHost({p.id: p.name for p in self.peers})
         self.liveness.start()
-        io.io_loop().call_soon_threadsafe(self._ready.set)
+        # RUNNING before ready: a peer's call admitted by the ready gate may at once ask for
+        # the current agent (get_worker_info() in the called function), which needs RUNNING.
         self._set_state(AgentState.RUNNING)
+        io.io_loop().call_soon_threadsafe(self._ready.set)
         log.info("worker %s (rank %d) joined session %s", self.name, self.rank, self.session)
 
     async def _add_self(self, me: pb.WorkerInfo) -> None:

@@ -67,6 +67,46 @@ def test_use_before_init_and_after_shutdown_and_reinit() -> None:
     rpc.shutdown()
 
 
+def test_calls_served_the_moment_the_rendezvous_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A peer may call this worker as soon as the rendezvous completes, before init_rpc has
+    # returned here; the function it runs must already see the running agent (CI once failed
+    # with RpcNotInitializedError from get_worker_info() inside such a call).
+    from gradwire._runtime import agent as agent_mod
+
+    join = agent_mod.Agent.join
+    seen: list[Any] = []
+
+    def join_then_call(self: agent_mod.Agent) -> None:
+        join(self)
+        seen.append(rpc.rpc_sync(self.name, rpc.get_worker_info, timeout=10))
+
+    monkeypatch.setattr(agent_mod.Agent, "join", join_then_call)
+    rpc.init_rpc("early", 0, 1, solo_options())
+    try:
+        assert seen == [rpc.WorkerInfo("early", 0)]
+    finally:
+        rpc.shutdown(graceful=False)
+
+
+def test_failed_init_leaves_no_agent_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradwire._runtime import agent as agent_mod
+
+    def broken_join(self: agent_mod.Agent) -> None:
+        raise errors.RpcInitError("rendezvous failed: injected")
+
+    monkeypatch.setattr(agent_mod.Agent, "join", broken_join)
+    with pytest.raises(errors.RpcInitError, match="injected"):
+        rpc.init_rpc("broken", 0, 1, solo_options())
+    with pytest.raises(errors.RpcNotInitializedError, match="init_rpc"):
+        rpc.get_worker_info()
+    monkeypatch.undo()
+    rpc.init_rpc("after", 0, 1, solo_options())
+    try:
+        assert rpc.get_worker_info().name == "after"
+    finally:
+        rpc.shutdown(graceful=False)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -84,6 +84,9 @@ def init_rpc(
                 f"RPC is already initialized as {existing.name!r}; call shutdown() first"
             )
         agent = _agent.Agent(name, rank, world_size, options)
+        # Installed before the rendezvous: peers may call this worker as soon as it is ready
+        # (inside join()), and the functions they run look up the current agent.
+        _agent.set_current(agent)
         try:
             try:
                 create_server(agent.plan.listen, agent)
@@ -94,8 +97,8 @@ def init_rpc(
             agent.join()
         except BaseException:
             agent.shutdown(graceful=False, timeout=0)
+            _agent.set_current(existing, after_shutdown=False)
             raise
-        _agent.set_current(agent)
 
 
 def shutdown(graceful: bool = True, timeout: float = UNSET_RPC_TIMEOUT) -> None:
