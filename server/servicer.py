@@ -266,7 +266,8 @@ class WorkerServicer:
     async def framed_control_one(
         self, method: str, frame: Frame, context: grpc.aio.ServicerContext
     ) -> Any:
-        """Serve a control method whose message fits in one frame (Remote -> RemoteCall)."""
+        """Serve a control method whose message fits in one frame (Remote -> RemoteCall,
+        Gradients -> PropagateGradients)."""
         asm = self._assembler(_caller_id(context, self._agent.world_size))
         try:
             if not isinstance(frame, Frame):  # a request that did not parse
@@ -427,6 +428,9 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
     async def remote_one(frame: Frame, context: grpc.aio.ServicerContext) -> Any:
         return await servicer.framed_control_one("RemoteCall", frame, context)
 
+    async def gradients_one(frame: Frame, context: grpc.aio.ServicerContext) -> Any:
+        return await servicer.framed_control_one("PropagateGradients", frame, context)
+
     handlers = {
         "Call": grpc.unary_unary_rpc_method_handler(unary(servicer.Call), f_in, f_out),
         "PythonCall": grpc.stream_stream_rpc_method_handler(python_call, f_in, f_out),
@@ -450,8 +454,9 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
         "RemoteCall": framed("RemoteCall"),
         "PropagateGradients": framed("PropagateGradients"),
         "Remote": grpc.unary_unary_rpc_method_handler(remote_one, f_in, ser),
+        "Gradients": grpc.unary_unary_rpc_method_handler(gradients_one, f_in, ser),
         "Fetch": grpc.unary_unary_rpc_method_handler(
-            servicer.fetch_one, pb.FetchRequest.FromString, f_out
+            unary(servicer.fetch_one), de(pb.FetchRequest), f_out
         ),
         "FetchRRef": grpc.unary_stream_rpc_method_handler(
             unary_stream(servicer.fetch_rref), de(pb.FetchRequest), f_out

@@ -93,6 +93,11 @@ class WorkerStub:
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
                 response_deserializer=gradwire_dot___proto_dot_worker__pb2.GradientsAck.FromString,
                 _registered_method=True)
+        self.Gradients = channel.unary_unary(
+                '/gradwire.v1.Worker/Gradients',
+                request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+                response_deserializer=gradwire_dot___proto_dot_worker__pb2.GradientsAck.FromString,
+                _registered_method=True)
         self.ReleaseContext = channel.unary_unary(
                 '/gradwire.v1.Worker/ReleaseContext',
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.ReleaseContextRequest.SerializeToString,
@@ -204,6 +209,13 @@ class WorkerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Gradients(self, request, context):
+        """The same for gradients that fit in one frame (the latency path): one frame in, the ack out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReleaseContext(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -291,6 +303,11 @@ def add_WorkerServicer_to_server(servicer, server):
             ),
             'PropagateGradients': grpc.stream_unary_rpc_method_handler(
                     servicer.PropagateGradients,
+                    request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                    response_serializer=gradwire_dot___proto_dot_worker__pb2.GradientsAck.SerializeToString,
+            ),
+            'Gradients': grpc.unary_unary_rpc_method_handler(
+                    servicer.Gradients,
                     request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
                     response_serializer=gradwire_dot___proto_dot_worker__pb2.GradientsAck.SerializeToString,
             ),
@@ -619,6 +636,33 @@ class Worker:
             request_iterator,
             target,
             '/gradwire.v1.Worker/PropagateGradients',
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            gradwire_dot___proto_dot_worker__pb2.GradientsAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Gradients(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gradwire.v1.Worker/Gradients',
             gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
             gradwire_dot___proto_dot_worker__pb2.GradientsAck.FromString,
             options,

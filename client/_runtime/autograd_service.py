@@ -163,7 +163,11 @@ class DistAutogradService(hooks.CallHook):
                 peer=peer.name, device_map=agent.options.device_maps.get(peer.name)
             )
             first, buffers = calls.encode_body(pb.FrameHeader(gradients=head), list(grads), ectx)
-            frames = list(split(first, buffers, agent.options.chunk_bytes))
+            size = calls.total_bytes(buffers)
+            if size <= agent.options.single_frame_bytes:
+                frames = [next(split(first, buffers, max(1, size)))]
+            else:
+                frames = list(split(first, buffers, agent.options.chunk_bytes))
         except BaseException as exc:  # noqa: BLE001 - delivered to the future
             out.set_exception(exc)
             return out
@@ -185,9 +189,12 @@ class DistAutogradService(hooks.CallHook):
                 out.set_result(None)
 
         try:
-            agent.transport.framed_control_future(
-                peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout, done
-            )
+            if len(frames) == 1:  # the latency path: a unary call, no request-streaming thread
+                agent.transport.gradients_future(peer.dial, frames[0], timeout, done)
+            else:
+                agent.transport.framed_control_future(
+                    peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout, done
+                )
         except BaseException as exc:  # noqa: BLE001 - e.g. the agent is shutting down
             out.set_exception(exc)
         return out

@@ -163,6 +163,9 @@ class _Stubs:
         )
         self.fetch = channel.unary_unary(f"/{SERVICE}/Fetch", pb.FetchRequest.SerializeToString, de)
         self.remote = channel.unary_unary(f"/{SERVICE}/Remote", ser, pb.RemoteAck.FromString)
+        self.gradients = channel.unary_unary(
+            f"/{SERVICE}/Gradients", ser, pb.GradientsAck.FromString
+        )
         self._control: dict[str, Any] = {}
         self._framed: dict[str, Any] = {}
 
@@ -304,6 +307,14 @@ class Transport:
         """Start a remote() whose call fits in one frame; ``done(grpc_future)`` runs on gRPC's
         thread when it ends."""
         fut = self._get(address).remote.future(frame, timeout=timeout, metadata=self.metadata)
+        fut.add_done_callback(done)
+
+    def gradients_future(
+        self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
+    ) -> None:
+        """Start a Gradients call (PropagateGradients in one frame: no request-streaming
+        thread); ``done(grpc_future)`` runs on gRPC's thread when it ends."""
+        fut = self._get(address).gradients.future(frame, timeout=timeout, metadata=self.metadata)
         fut.add_done_callback(done)
 
     def framed_control(

@@ -39,7 +39,7 @@ REFUSALS = {
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 #: Methods that legitimately wait (a stream of events, a barrier, a value that may come later).
-WAITING = {"WatchControl", "Barrier", "FetchRRef"}
+WAITING = {"WatchControl", "Barrier", "FetchRRef", "Fetch"}
 _STREAM_IN = {"PythonCall", "RemoteCall", "PropagateGradients"}
 _STREAM_OUT = {"PythonCall", "FetchReply", "FetchRRef", "WatchControl"}
 

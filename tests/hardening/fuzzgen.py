@@ -58,6 +58,9 @@ METHODS: dict[str, str | type] = {
     "PythonCall": "frames-stream",
     "RemoteCall": "frames-stream",
     "PropagateGradients": "frames-stream",
+    "Remote": "frames-unary",
+    "Gradients": "frames-unary",
+    "Fetch": pb.FetchRequest,
     "FetchReply": pb.FetchReplyRequest,
     "FetchRRef": pb.FetchRequest,
     "ForkRequest": pb.ForkRequest,
@@ -332,5 +335,7 @@ GENERATORS: dict[str, Callable[[random.Random], Case]] = {
     "PythonCall": gen_frames("python", stream=True),
     "RemoteCall": gen_frames("remote", stream=True),
     "PropagateGradients": gen_frames("gradients", stream=True),
+    "Remote": gen_frames("remote", stream=False),
+    "Gradients": gen_frames("gradients", stream=False),
     **{m: gen_proto(t) for m, t in METHODS.items() if isinstance(t, type)},
 }

@@ -59,6 +59,13 @@ def _check(target: Target, method: str, seconds: float) -> None:
     print(f"{method}: {verdict.cases} cases {dict(verdict.outcomes)} peak {peak} KiB")
 
 
+def test_every_worker_method_is_fuzzed() -> None:
+    from gradwire._proto import worker_pb2
+
+    service = worker_pb2.DESCRIPTOR.services_by_name["Worker"]
+    assert {m.name for m in service.methods} == set(methods())
+
+
 @pytest.mark.parametrize("method", methods())
 def test_fuzz_method(target: Target, method: str) -> None:
     _check(target, method, float(os.environ.get("GRADWIRE_FUZZ_SECONDS", "2")))
