@@ -7,6 +7,9 @@ Per iteration, inside a distributed autograd context: a forward rpc_sync that mu
 pass, and get_gradients. Compared in the same run against the same computation in one process
 (gradwire's local autograd) and, when ``torch`` is importable, torch.distributed.autograd over
 TCP (TensorPipe with the "uv" transport). Prints the median time per iteration and the ratios.
+Both contenders compute on one BLAS thread per process (torch.set_num_threads(1) and
+OPENBLAS_NUM_THREADS=1): two workers share this machine's cores, and a second BLAS thread per
+process only adds contention.
 Install torch only in a separate benchmark environment: pip install torch==2.13.0.
 """
 
@@ -130,6 +133,10 @@ def _run_pair(target: Any, args: tuple[Any, ...]) -> float:
 
 
 def main() -> None:
+    # One BLAS thread per process for gradwire's NumPy, as torch.set_num_threads(1) for torch;
+    # set before NumPy is imported here or in the spawned workers (they inherit it).
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iters", type=int, default=50)
     parser.add_argument("--size", type=int, default=512)

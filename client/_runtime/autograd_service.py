@@ -33,7 +33,8 @@ from .._wire import calls
 from .._wire.exceptions import decode_exception, encode_exception
 from .._wire.framing import Message, split
 from .._wire.pickler import EncodeContext
-from ..futures import Future
+from ..errors import RpcShutdownError
+from ..futures import Future, blocking_region
 from . import hooks
 from .dist_autograd import (
     DistAutogradContainer,
@@ -175,28 +176,32 @@ class DistAutogradService(hooks.CallHook):
         timeout = agent.options.rpc_timeout or None
         what = "PropagateGradients"
 
-        def done(gfut: Any) -> None:
-            exc = gfut.exception()
-            if exc is not None:
-                if isinstance(exc, grpc.RpcError):
-                    exc = map_rpc_error(exc, peer.name, what, started, timeout)
+        def run() -> None:
+            # A blocking call on a serving thread (its slot is lent back while it waits): a
+            # gRPC future on an idle channel would start a channel-polling thread per send.
+            try:
+                with blocking_region():
+                    if len(frames) == 1:  # the latency path: one frame, a unary call
+                        ack = agent.transport.gradients(peer.dial, frames[0], timeout)
+                    else:
+                        ack = agent.transport.framed_control(
+                            peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout
+                        )
+            except grpc.RpcError as exc:
+                out.set_exception(map_rpc_error(exc, peer.name, what, started, timeout))
+                return
+            except BaseException as exc:  # noqa: BLE001 - delivered to the future
                 out.set_exception(exc)
                 return
-            ack = gfut.result()
             if ack.HasField("error"):
                 out.set_exception(decode_exception(ack.error, agent.policy, agent.name))
             else:
                 out.set_result(None)
 
         try:
-            if len(frames) == 1:  # the latency path: a unary call, no request-streaming thread
-                agent.transport.gradients_future(peer.dial, frames[0], timeout, done)
-            else:
-                agent.transport.framed_control_future(
-                    peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout, done
-                )
-        except BaseException as exc:  # noqa: BLE001 - e.g. the agent is shutting down
-            out.set_exception(exc)
+            agent.pool.submit(run)
+        except RuntimeError as exc:  # the serving pool is closed: the agent is shutting down
+            out.set_exception(RpcShutdownError(f"cannot send gradients to {peer.name!r}: {exc}"))
         return out
 
     def release_context(self, dst: int, context_id: int) -> Future[Any]:

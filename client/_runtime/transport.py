@@ -309,13 +309,10 @@ class Transport:
         fut = self._get(address).remote.future(frame, timeout=timeout, metadata=self.metadata)
         fut.add_done_callback(done)
 
-    def gradients_future(
-        self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
-    ) -> None:
-        """Start a Gradients call (PropagateGradients in one frame: no request-streaming
-        thread); ``done(grpc_future)`` runs on gRPC's thread when it ends."""
-        fut = self._get(address).gradients.future(frame, timeout=timeout, metadata=self.metadata)
-        fut.add_done_callback(done)
+    def gradients(self, address: str, frame: Frame, timeout: float | None) -> Any:
+        """Blocking Gradients call (PropagateGradients in one frame); returns the GradientsAck
+        (raises grpc.RpcError)."""
+        return self._get(address).gradients(frame, timeout=timeout, metadata=self.metadata)
 
     def framed_control(
         self,

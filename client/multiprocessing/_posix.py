@@ -68,6 +68,7 @@ _libc.mmap.argtypes = [
 ]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
 
 def map_shared(fd: int, length: int, what: str) -> int:
@@ -80,7 +81,9 @@ def map_shared(fd: int, length: int, what: str) -> int:
         OSError: naming ``what`` when the kernel refuses.
     """
     prot = mmap.PROT_READ | mmap.PROT_WRITE
-    addr = _libc.mmap(None, length, prot, mmap.MAP_SHARED, fd, 0)
+    # MAP_POPULATE: fault the whole segment in with this one call (it is about to be read or
+    # written in full) instead of one page fault per 4 KiB page on first touch.
+    addr = _libc.mmap(None, length, prot, mmap.MAP_SHARED | _MAP_POPULATE, fd, 0)
     if addr is None or addr == _MAP_FAILED:
         err = ctypes.get_errno()
         raise OSError(err, f"mmap of shared-memory segment {what} failed: {os.strerror(err)}")

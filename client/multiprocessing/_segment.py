@@ -393,7 +393,16 @@ def _segment_class(length: int) -> type[Segment]:
 def _map(fd: int, seg_id: str, size: int, kind: str, name: str | None, keep_fd: bool) -> Segment:
     offset = _posix.HEADER if kind == FILE_SYSTEM else 0
     length = offset + max(size, 1)
-    addr = _posix.map_shared(fd, length, seg_id)
+    if name is not None:
+        # Tell the manager first: a process killed while mapping (MAP_POPULATE makes that take
+        # a while for a large segment) must still have its count given back.
+        _shm_client.notify(name, took=True)
+    try:
+        addr = _posix.map_shared(fd, length, seg_id)
+    except BaseException:
+        if name is not None:
+            _shm_client.notify(name, took=False)
+        raise
     seg = _segment_class(length).from_address(addr)  # type: ignore[attr-defined]
     seg.seg_id, seg.size, seg.kind, seg.name, seg.offset = seg_id, size, kind, name, offset
     seg._fd = fd if keep_fd else None  # keep_fd: the segment now owns fd
@@ -405,8 +414,6 @@ def _map(fd: int, seg_id: str, size: int, kind: str, name: str | None, keep_fd: 
     _rearm_finalizer(seg)
     with _lock:
         _live[seg_id] = seg
-    if name is not None:
-        _shm_client.notify(name, took=True)  # the manager gives it back if we die holding it
     return seg
 
 
