@@ -1,4 +1,4 @@
-"""RPC benchmark: gradwire vs a raw grpcio unary echo server (and torch.distributed.rpc if importable).
+"""RPC benchmark: gradwire vs a raw grpcio unary echo server and torch.distributed.rpc.
 
     python benchmarks/rpc_bench.py [--calls 3000] [--sizes 1,16,128]
 
@@ -6,7 +6,9 @@ Measures, between two processes on this machine:
   * noop rpc_sync latency (p50 / p99), against a raw grpcio unary echo of a small message;
   * rpc_async throughput with 64 calls in flight;
   * echo of 1 / 16 / 128 MiB float32 tensors (GB/s of round-trip payload = 2 * size / time),
-    against raw grpcio unary echo of the same bytes.
+    against raw grpcio unary echo of the same bytes;
+  * the same three for torch.distributed.rpc over TCP (TensorPipe, ``_transports=["uv"]``) when
+    torch is importable (install torch==2.13.0 only in a separate benchmark environment).
 """
 
 from __future__ import annotations
@@ -76,6 +78,50 @@ def _raw_server(port: int, unix_path: str, stop: Any) -> None:
     server.stop(0)
 
 
+def _torch_pair(rank: int, port: int, calls: int, sizes: list[int], out: Any) -> None:
+    """torch.distributed.rpc over TCP (TensorPipe, "uv" transport): rank 0 measures."""
+    import torch
+    import torch.distributed.rpc as trpc
+
+    opts = trpc.TensorPipeRpcBackendOptions(
+        init_method=f"tcp://127.0.0.1:{port}", _transports=["uv"], num_worker_threads=16
+    )
+    trpc.init_rpc(f"t{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
+    if rank == 0:
+        p50, p99 = _percentiles(_samples(lambda: trpc.rpc_sync("t1", noop), calls))
+        rate = _throughput(lambda: trpc.rpc_async("t1", noop), lambda f: f.wait(), max(2000, calls))
+        echoes = {}
+        for mib in sizes:
+            t = torch.ones((mib << 20) // 4, dtype=torch.float32)
+            echoes[mib] = _echo_rate(
+                lambda t=t: trpc.rpc_sync("t1", echo, (t,), timeout=300), mib << 20, 3
+            )
+        out.put({"p50": p50, "p99": p99, "rate": rate, "echo": echoes})
+    trpc.shutdown()
+
+
+def _run_torch(calls: int, sizes: list[int]) -> dict[str, Any] | None:
+    try:
+        import torch.distributed.rpc  # noqa: F401
+    except ImportError:
+        return None
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_torch_pair, args=(r, port, calls, sizes, out), daemon=True)
+        for r in range(2)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        result: dict[str, Any] = out.get(timeout=900)
+    finally:
+        for p in procs:
+            p.join(60)
+    return result
+
+
 def _percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
@@ -126,6 +172,7 @@ def main() -> int:
         "--chunk-mib", type=float, default=1.0, help="gradwire chunk_bytes in MiB (default 1)"
     )
     ns = parser.parse_args()
+    sizes = [int(s) for s in ns.sizes.split(",")]
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     import grpc
@@ -196,7 +243,8 @@ def main() -> int:
 
         from gradwire._tensor import Tensor
 
-        for mib in (int(s) for s in ns.sizes.split(",")):
+        gw_echo: dict[int, float] = {}
+        for mib in sizes:
             nbytes = mib << 20
             t_arr = Tensor._wrap(np.ones(nbytes // 4, dtype=np.float32))
             data = t_arr._data.tobytes()
@@ -206,6 +254,7 @@ def main() -> int:
             )
             rw = _echo_rate(lambda d=data: raw(d, timeout=300), nbytes, repeat)
             ru = _echo_rate(lambda d=data: raw_unix(d, timeout=300), nbytes, repeat)
+            gw_echo[mib] = gw
             rows.append(
                 (
                     f"echo {mib} MiB: gradwire / raw unary TCP / raw unary Unix",
@@ -214,12 +263,32 @@ def main() -> int:
             )
         channel.close()
         unix_channel.close()
-        try:
-            import torch.distributed.rpc  # noqa: F401
-
-            rows.append(("torch.distributed.rpc", "importable but not run by this script version"))
-        except ImportError:
+        # torch runs after gradwire's rounds, in its own pair of processes (same machine).
+        torch_res = _run_torch(ns.calls, sizes)
+        if torch_res is None:
             rows.append(("torch.distributed.rpc", "not installed: skipped"))
+        else:
+            tp50, tp99 = torch_res["p50"], torch_res["p99"]
+            rows.append(
+                (
+                    "torch.distributed.rpc (TensorPipe uv) noop p50 / p99",
+                    f"{tp50 * 1e6:.0f} us / {tp99 * 1e6:.0f} us",
+                )
+            )
+            rows.append(("gradwire p50 / torch p50", f"{g50 / tp50:.2f}x"))
+            rows.append(
+                (
+                    "rpc_async 64 in flight: gradwire / torch",
+                    f"{gw_rate:.0f} / {torch_res['rate']:.0f} calls/s",
+                )
+            )
+            for mib, rate in torch_res["echo"].items():
+                rows.append(
+                    (
+                        f"echo {mib} MiB: gradwire / torch",
+                        f"{gw_echo[mib]:.2f} / {rate:.2f} GB/s (round-trip payload)",
+                    )
+                )
     finally:
         stop.set()
         rpc.shutdown()
