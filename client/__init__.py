@@ -7,6 +7,7 @@ adds RPC, RRefs and distributed autograd across workers that are gRPC services.
 from __future__ import annotations
 
 from . import (
+    _malloc,  # noqa: F401  (tunes glibc's malloc thresholds at import; see its docstring)
     _tensor_methods,  # noqa: F401  (op surface of Tensor)
     autograd,
     errors,
