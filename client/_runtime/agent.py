@@ -22,6 +22,7 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -49,7 +50,14 @@ from .rendezvous import BarrierHost, RendezvousHost, is_loopback, plan
 from .transport import Transport, map_rpc_error
 from .workers import Peer, WorkerInfo, host_id, resolve_destination
 
-__all__ = ["Agent", "AgentState", "current", "current_or_none", "set_current"]
+__all__ = [
+    "Agent",
+    "AgentState",
+    "current",
+    "current_or_none",
+    "set_current",
+    "sweep_socket_dirs",
+]
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +120,60 @@ def set_current(agent: Agent | None, *, after_shutdown: bool = True) -> None:
         if agent is None and _current is not None and after_shutdown:
             _was_shut_down = True
         _current = agent
+
+
+_SOCKET_DIR_PREFIX = "gw-"
+
+
+def sweep_socket_dirs(root: str | None = None) -> int:
+    """Remove the Unix-socket directories of workers that died without shutting down.
+
+    A directory ``gw-<pid>-*`` is removed when process ``<pid>`` no longer exists, it belongs
+    to this user and holds nothing but sockets. A SIGKILLed worker cannot clean up after itself;
+    the next worker started by the same user on the host does it.
+
+    Returns:
+        The number of directories removed.
+    """
+    root = root or tempfile.gettempdir()
+    removed = 0
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(_SOCKET_DIR_PREFIX):
+            continue
+        pid_text = name[len(_SOCKET_DIR_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _pid_alive(int(pid_text)):
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+            entries = os.listdir(path)
+            if st.st_uid != os.getuid() or not all(
+                _is_socket(os.path.join(path, e)) for e in entries
+            ):
+                continue
+            shutil.rmtree(path)
+            removed += 1
+        except OSError:
+            continue  # raced with another sweeper, or not ours to remove
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def _is_socket(path: str) -> bool:
+    return stat.S_ISSOCK(os.lstat(path).st_mode)
 
 
 class Agent:
@@ -192,8 +254,10 @@ class Agent:
             or not hasattr(socket, "AF_UNIX")
         ):
             return ""
-        # A private directory: only this user can connect (the token is still checked).
-        self._unix_dir = tempfile.mkdtemp(prefix="gw-")
+        # A private directory: only this user can connect (the token is still checked). Its
+        # name carries our pid, so that the directories of killed workers can be swept.
+        sweep_socket_dirs()
+        self._unix_dir = tempfile.mkdtemp(prefix=f"{_SOCKET_DIR_PREFIX}{os.getpid()}-")
         return f"unix:{os.path.join(self._unix_dir, f'{self.rank}.sock')}"
 
     def _set_state(self, state: AgentState) -> None:

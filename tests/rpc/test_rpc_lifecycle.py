@@ -178,3 +178,49 @@ def test_rank_and_world_size_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.delenv("RANK")
     with pytest.raises(errors.RpcInitError, match=r"\$RANK"):
         rpc.init_rpc("norank", rpc_backend_options=solo_options())
+
+
+def test_socket_dirs_of_dead_workers_are_swept(tmp_path: Any) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from gradwire._runtime.agent import sweep_socket_dirs
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead_pid = int(gone.stdout)
+
+    def socket_dir(name: str) -> Any:
+        d = tmp_path / name
+        d.mkdir()
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(d / "0.sock"))
+        s.close()
+        return d
+
+    dead = socket_dir(f"gw-{dead_pid}-abc")
+    alive = socket_dir(f"gw-{os.getpid()}-abc")
+    other = tmp_path / f"gw-{dead_pid}-data"
+    other.mkdir()
+    (other / "notes.txt").write_text("not a socket")  # not ours to delete: only sockets go
+    unrelated = socket_dir("gw-notapid")
+    assert sweep_socket_dirs(str(tmp_path)) == 1
+    assert not dead.exists()
+    assert alive.exists() and other.exists() and unrelated.exists()
+
+
+def test_agent_socket_dir_names_its_pid() -> None:
+    import os
+
+    rpc.init_rpc("named", 0, 1, solo_options(use_unix_socket=True))
+    try:
+        dial = rpc.get_debug_info()["peers"][0]["address"]
+        assert os.path.basename(os.path.dirname(dial)).startswith(f"gw-{os.getpid()}-"), dial
+    finally:
+        rpc.shutdown(graceful=False)
