@@ -144,3 +144,30 @@ def test_run_targets_and_exit_codes(tmp_path: Path) -> None:
     assert p.popen.returncode == 2 and "no such script" in p.err
     p = run("run", "gradwire.nope:main", env=_solo())
     assert p.popen.returncode == 2 and "cannot import 'gradwire.nope'" in p.err
+
+
+def test_rref_rounds_job_forks_fetches_and_trains_across_three_workers() -> None:
+    # The job behind the RRef output in docs/inspect.md, end to end with the real CLI.
+    port = free_port()
+    workers = [
+        start("worker", env=_cluster_env(port, 3, GRADWIRE_NAME=f"w{r}", GRADWIRE_RANK=str(r)))
+        for r in (1, 2)
+    ]
+    try:
+        driver = run(
+            "run",
+            str(ROOT / "deploy" / "jobs" / "rref_rounds.py"),
+            "3",
+            "0",
+            env=_cluster_env(port, 3, GRADWIRE_NAME="driver", GRADWIRE_RANK="0"),
+            timeout=90,
+        )
+        assert driver.popen.returncode == 0, driver.output
+        for i in (1, 2, 3):
+            assert f"rref_rounds: round {i}: UserRRef(" in driver.out, driver.out
+        assert "owned by w1, fetched by w2" in driver.out
+        for w in workers:
+            assert w.finish(30) == 0, w.output
+    finally:
+        for w in workers:
+            w.kill()
