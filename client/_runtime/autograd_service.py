@@ -47,6 +47,9 @@ from .transport import map_rpc_error
 if TYPE_CHECKING:
     from .agent import Agent
 
+#: How long released context ids are remembered when calls have no deadline (rpc_timeout 0).
+_NO_DEADLINE_MEMORY = 600.0
+
 __all__ = ["DistAutogradService", "to_gid", "from_gid"]
 
 log = logging.getLogger(__name__)
@@ -72,7 +75,12 @@ class DistAutogradService(hooks.CallHook):
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self.container = DistAutogradContainer(agent.rank)
+        opts = agent.options
+        # Released context ids are remembered at least as long as a call can be in flight.
+        in_flight = 2 * opts.rpc_timeout if opts.rpc_timeout > 0 else _NO_DEADLINE_MEMORY
+        self.container = DistAutogradContainer(
+            agent.rank, released_ttl=max(opts.rref_tombstone_ttl, in_flight)
+        )
         self.engine = DistAutogradEngine(self.container, self, agent.name)
         agent.register_control_handler("PropagateGradients", self._on_gradients)
         agent.register_control_handler("ReleaseContext", self._on_release)

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from ..autograd.engine import GraphTask
 from ..autograd.graph import Node
 from ..futures import Future
+from .rref_tombstones import Tombstones
 
 __all__ = [
     "DistTransport",
@@ -169,7 +171,21 @@ class DistAutogradContext:
 class DistAutogradContainer:
     """All contexts of one worker, and the current context of each thread."""
 
-    def __init__(self, worker_id: int) -> None:
+    def __init__(
+        self,
+        worker_id: int,
+        released_ttl: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """
+        Args:
+            worker_id: this worker's id (the high bits of the context ids it creates).
+            released_ttl: seconds a released context id is remembered, so that a late call in
+                it is refused instead of re-creating it (None: for ever). It must exceed the
+                longest time a call can stay in flight; a soak showed the unbounded set
+                growing by a few hundred bytes per context.
+            clock: monotonic clock (tests pass a fake one).
+        """
         if not 0 <= worker_id < (1 << 15):
             raise ValueError(f"worker id {worker_id} does not fit a context id (0..32767)")
         self.worker_id = worker_id
@@ -177,7 +193,7 @@ class DistAutogradContainer:
         self._messages = itertools.count(1)
         self._lock = threading.Lock()
         self._contexts: dict[int, DistAutogradContext] = {}
-        self._released: set[int] = set()
+        self._released: Tombstones[int] = Tombstones(released_ttl, clock)
         self._local = threading.local()
 
     # -- ids and lookup -------------------------------------------------------------------------
