@@ -27,6 +27,8 @@ __all__ = ["soak", "finish", "snapshot", "make_weight", "forward", "sgd_step", "
 DIM = 32
 #: num_worker_threads of the soak cluster (GrpcRpcBackendOptions default).
 POOL_THREADS = 16
+#: How often the long run samples every worker's resident memory.
+RSS_SAMPLE_SECONDS = 60.0
 
 
 def make_weight(seed: int) -> gw.Tensor:
@@ -130,10 +132,17 @@ def soak(rank: int, world_size: int, seconds: float) -> Any:
     gc.collect()
     time.sleep(1.0)  # let the warm-up's deletes land before the baseline
     base = [rpc.rpc_sync(w, snapshot) for w in range(world_size)]
+    # Resident memory of every worker about once a minute: does it level off?
+    rss_series: list[tuple[float, list[int]]] = [(0.0, [b["rss_kib"] for b in base])]
     steps, start = 0, time.monotonic()
+    next_sample = start + RSS_SAMPLE_SECONDS
     while time.monotonic() - start < seconds:
         step(steps)
         steps += 1
+        if time.monotonic() >= next_sample:
+            rss = [rpc.rpc_sync(w, snapshot)["rss_kib"] for w in range(world_size)]
+            rss_series.append((round(time.monotonic() - start, 1), rss))
+            next_sample += RSS_SAMPLE_SECONDS
     elapsed = time.monotonic() - start
     weights.clear()  # the last references to the OwnerRRefs
     gc.collect()
@@ -155,4 +164,5 @@ def soak(rank: int, world_size: int, seconds: float) -> Any:
         "base": base,
         "end": end,
         "settled_s": time.monotonic() - settle_start,
+        "rss_series": rss_series,
     }
