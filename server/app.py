@@ -1,4 +1,5 @@
-"""create_server: one gRPC server per worker with the Worker service, health and reflection."""
+"""create_server: the gRPC server of a worker (the Worker service, health and reflection) and,
+for peers on the same host, its fast lane (``fast_lane.py``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from .fast_lane import start_fast_lane
 from .interceptors import AuthInterceptor
 from .servicer import WorkerServicer, method_handlers
 
@@ -108,9 +110,17 @@ def create_server(address: str, agent: Any) -> tuple[grpc.aio.Server, int]:
         >>> server, port = create_server("127.0.0.1:0", agent)
     """
     server, port = io.run_sync(_start(address, agent), timeout=30)
+    try:
+        lane = start_fast_lane(agent)
+    except Exception:
+        io.run_sync(server.stop(0), timeout=10)
+        raise
 
     def stop(grace: float) -> None:
+        stopped = lane.stop(grace) if lane is not None else None
         io.run_sync(server.stop(grace), timeout=grace + 10)
+        if stopped is not None:
+            stopped.wait(grace + 10)
 
     agent.attach_server(port, stop)
     return server, port

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 from gradwire._runtime.transport import SERVICE
 
-__all__ = ["AuthInterceptor", "TOKEN_KEY", "CALLER_KEY"]
+__all__ = ["AuthInterceptor", "TOKEN_KEY", "CALLER_KEY", "token_refusal", "not_ready_message"]
 
 log = logging.getLogger(__name__)
 TOKEN_KEY = "x-gradwire-token"
@@ -53,6 +53,33 @@ def _rejecting_handler(method: str, status: grpc.StatusCode, details: str) -> gr
     return grpc.unary_unary_rpc_method_handler(reject)
 
 
+def token_refusal(agent: Any, method: str, metadata: Any) -> str | None:
+    """Why a call of ``method`` with ``metadata`` must be refused UNAUTHENTICATED, or None.
+
+    The one token check, shared by the asyncio server and the fast lane (constant-time
+    comparison; the token itself never appears in a message or a log).
+    """
+    expected = agent.token
+    if not expected:
+        return None
+    got = ""
+    for key, value in metadata or ():
+        if key == TOKEN_KEY:
+            got = value if isinstance(value, str) else value.decode("latin-1")
+    if hmac.compare_digest(got.encode(), expected.encode()):
+        return None
+    log.warning("rejected %s on %s: %s token", method, agent.name, "wrong" if got else "missing")
+    return (
+        f"worker {agent.name!r}: {'wrong' if got else 'missing'} cluster token "
+        f"({TOKEN_KEY}); set the same GRADWIRE_TOKEN on every worker"
+    )
+
+
+def not_ready_message(agent: Any) -> str:
+    """The UNAVAILABLE details of a call that waited ``init_timeout`` for the rendezvous."""
+    return f"worker {agent.name!r} has not finished its rendezvous"
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Checks the cluster token of every call against the agent's.
 
@@ -78,24 +105,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if not is_join and not agent.is_ready():
             if not await agent.wait_ready(agent.options.init_timeout):
                 return _rejecting_handler(
-                    method,
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"worker {agent.name!r} has not finished its rendezvous",
+                    method, grpc.StatusCode.UNAVAILABLE, not_ready_message(agent)
                 )
-        expected = agent.token
-        if expected:
-            got = ""
-            for key, value in details.invocation_metadata or ():
-                if key == TOKEN_KEY:
-                    got = value if isinstance(value, str) else value.decode("latin-1")
-            if not hmac.compare_digest(got.encode(), expected.encode()):
-                log.warning(
-                    "rejected %s on %s: %s token", method, agent.name, "wrong" if got else "missing"
-                )
-                return _rejecting_handler(
-                    method,
-                    grpc.StatusCode.UNAUTHENTICATED,
-                    f"worker {agent.name!r}: {'wrong' if got else 'missing'} cluster token "
-                    f"({TOKEN_KEY}); set the same GRADWIRE_TOKEN on every worker",
-                )
+        refusal = token_refusal(agent, method, details.invocation_metadata)
+        if refusal is not None:
+            return _rejecting_handler(method, grpc.StatusCode.UNAUTHENTICATED, refusal)
         return await continuation(details)

@@ -33,7 +33,7 @@ from gradwire.futures import Future
 
 from .interceptors import CALLER_KEY
 
-__all__ = ["WorkerServicer", "status_for"]
+__all__ = ["WorkerServicer", "status_for", "caller_from_metadata"]
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,13 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 
 
 def _caller_id(context: grpc.aio.ServicerContext, world_size: int) -> int:
+    return caller_from_metadata(context.invocation_metadata(), world_size)
+
+
+def caller_from_metadata(metadata: Any, world_size: int) -> int:
     """The caller's worker id from metadata; -1 (anonymous) unless it names a cluster member,
     so a forged id can never index the worker table (dist autograd remembers callers)."""
-    for key, value in context.invocation_metadata() or ():
+    for key, value in metadata or ():
         if key == CALLER_KEY:
             try:
                 caller = int(value)
@@ -131,11 +135,7 @@ class WorkerServicer:
             except GradwireError as exc:
                 first, buffers = self._agent.callee.encode_error(frame.header.call, exc)
             failed = first.reply.HasField("error")
-            size = sum(memoryview(b).nbytes for b in buffers)
-            if size <= self._agent.options.single_frame_bytes:
-                return next(split(first, buffers, max(1, size)))
-            ttl = frame.header.call.timeout_seconds or None
-            return Frame(self._agent.callee.park((first, buffers), caller, ttl), ())
+            return self._agent.callee.reply_frame((first, buffers), frame.header.call, caller)
         finally:
             self._agent.callee.leave(caller, failed)
 
@@ -171,7 +171,7 @@ class WorkerServicer:
     async def FetchReply(  # noqa: N802
         self, request: pb.FetchReplyRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Frame]:
-        reply = self._agent.callee.take_parked(
+        reply = await self._agent.callee.take_parked_reply(
             request.continuation, _caller_id(context, self._agent.world_size)
         )
         if reply is None:

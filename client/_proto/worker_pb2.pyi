@@ -27,18 +27,20 @@ class GloballyUniqueId(_message.Message):
     def __init__(self, created_on: _Optional[int] = ..., local_id: _Optional[int] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("name", "id", "address", "host_id", "local_address")
+    __slots__ = ("name", "id", "address", "host_id", "local_address", "local_call_address")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_CALL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     id: int
     address: str
     host_id: str
     local_address: str
-    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., local_address: _Optional[str] = ...) -> None: ...
+    local_call_address: str
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., local_address: _Optional[str] = ..., local_call_address: _Optional[str] = ...) -> None: ...
 
 class TensorMeta(_message.Message):
     __slots__ = ("dtype", "shape", "nbytes", "device", "target_device", "requires_grad", "shm", "kind")

@@ -176,6 +176,14 @@ def _is_socket(path: str) -> bool:
     return stat.S_ISSOCK(os.lstat(path).st_mode)
 
 
+def _peer(w: pb.WorkerInfo, my_host: str) -> Peer:
+    """The Peer record of member ``w`` as seen from a worker on host ``my_host``."""
+    local = w.host_id == my_host
+    dial = w.local_address if local and w.local_address else w.address
+    call_dial = w.local_call_address if local and w.local_call_address else dial
+    return Peer(w.name, w.id, w.address, w.host_id, w.local_address, dial, call_dial)
+
+
 class Agent:
     """State and services of one worker.
 
@@ -206,6 +214,10 @@ class Agent:
         self.address = ""
         #: "unix:/path" this worker also serves on (same-host peers dial it), or "".
         self.local_address = self._unix_listener()
+        #: "unix:/path" of the fast lane (gradwire.server.fast_lane), or "".
+        self.local_call_address = (
+            self.local_address.replace(".sock", ".call.sock") if self.local_address else ""
+        )
         #: Token expected from and sent to peers; None: no authentication.
         self.token: str | None = options.token
         #: True when rank 0 generated the token (Join is then open on loopback).
@@ -216,6 +228,7 @@ class Agent:
         self._listeners: list[Callable[[AgentState], None]] = []
         self._watchers: list[asyncio.Queue[pb.ControlEvent]] = []
         self._ready = asyncio.Event()
+        self._ready_flag = threading.Event()  # the same, for threads (the fast lane)
         self._state_lock = threading.Lock()
         self._barrier_gen = itertools.count()
         self._stop_server: Callable[[float], None] | None = None
@@ -287,6 +300,10 @@ class Agent:
         """True once the rendezvous completed."""
         return self._ready.is_set()
 
+    def wait_ready_blocking(self, timeout: float) -> bool:
+        """On a thread: wait until the rendezvous completed (True) or ``timeout``."""
+        return self._ready_flag.wait(timeout)
+
     async def wait_ready(self, timeout: float) -> bool:
         """On the I/O loop: wait until the rendezvous completed (True) or ``timeout``."""
         try:
@@ -332,6 +349,7 @@ class Agent:
             address=self.address,
             host_id=host_id(),
             local_address=self.local_address,
+            local_call_address=self.local_call_address,
         )
         timeout = self.options.init_timeout
         if self.rank == 0:
@@ -364,17 +382,7 @@ class Agent:
                 self.token = reply.token
         self.transport.set_token(self.token, self.rank)
         self.session = reply.session
-        self.peers = [
-            Peer(
-                w.name,
-                w.id,
-                w.address,
-                w.host_id,
-                w.local_address,
-                w.local_address if w.local_address and w.host_id == me.host_id else w.address,
-            )
-            for w in reply.workers
-        ]
+        self.peers = [_peer(w, me.host_id) for w in reply.workers]
         self.by_name = {p.name: p for p in self.peers}
         if self.rank == 0:
             self.barriers = BarrierHost({p.id: p.name for p in self.peers})
@@ -383,6 +391,7 @@ class Agent:
         # the current agent (get_worker_info() in the called function), which needs RUNNING.
         self._set_state(AgentState.RUNNING)
         io.io_loop().call_soon_threadsafe(self._ready.set)
+        self._ready_flag.set()
         log.info("worker %s (rank %d) joined session %s", self.name, self.rank, self.session)
 
     async def _add_self(self, me: pb.WorkerInfo) -> None:
@@ -524,6 +533,7 @@ class Agent:
             "calls_served": self.callee.served,
             "calls_in_flight": self.callee.in_flight,
             "calls_failed": self.callee.failed,
+            "calls_served_fast_lane": self.callee.served_fast_lane,
             "calls_pending": len(self.caller.pending),
             "serving_threads": self.pool.num_threads,
             **self.autograd.debug_info(),

@@ -190,7 +190,7 @@ class DistAutogradService(hooks.CallHook):
             try:
                 with blocking_region():
                     if len(frames) == 1:  # the latency path: one frame, a unary call
-                        ack = agent.transport.gradients(peer.dial, frames[0], timeout)
+                        ack = agent.transport.gradients(peer.call_dial, frames[0], timeout)
                     else:
                         ack = agent.transport.framed_control(
                             peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout

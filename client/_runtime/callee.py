@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 from .._proto import worker_pb2 as pb
 from .._wire import calls
 from .._wire.exceptions import encode_exception
-from .._wire.framing import Message
+from .._wire.framing import Frame, Message, split
 from .._wire.pickler import EncodeContext
 from ..errors import MessageTooLargeError, SerializationError
 from ..futures import Future
 from . import hooks
+from . import loop as io
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -71,17 +72,21 @@ class Callee:
         self.served = 0
         self.failed = 0
         self.in_flight = 0
+        #: Calls that came through the fast lane (gradwire.server.fast_lane).
+        self.served_fast_lane = 0
         self._per_peer: dict[int, int] = defaultdict(int)
-        self._parked: dict[int, tuple[int, Reply]] = {}
+        self._parked: dict[int, tuple[int, Reply | Future[Reply]]] = {}
         self._park_ids = itertools.count(1)
 
-    def enter(self, caller_id: int) -> bool:
-        """Count a call from ``caller_id``; False if its in-flight limit is reached."""
+    def enter(self, caller_id: int, fast_lane: bool = False) -> bool:
+        """Count a call from ``caller_id`` (served by the fast lane when ``fast_lane``); False
+        if its in-flight limit is reached."""
         with self._lock:
             if self._per_peer[caller_id] >= self._agent.options.max_in_flight_per_peer:
                 return False
             self._per_peer[caller_id] += 1
             self.in_flight += 1
+            self.served_fast_lane += fast_lane
             return True
 
     def leave(self, caller_id: int, failed: bool) -> None:
@@ -98,6 +103,28 @@ class Callee:
         """Wait until no call is being served (True) or ``timeout`` seconds pass (False)."""
         with self._lock:
             return self._lock.wait_for(lambda: not self.in_flight, max(0.0, timeout))
+
+    def serve_blocking(self, msg: Message, caller_id: int) -> Reply | Future[Reply]:
+        """On a serving-pool thread (the fast lane): run the call in ``msg``; its encoded
+        reply, or a Future of it when the value comes later (``@async_execution``, RRef
+        arguments not confirmed yet), which no thread waits for."""
+        outcome = self._run(msg, caller_id)
+        if not isinstance(outcome, _Later):
+            return outcome
+        call = msg.header.call
+        reply: Future[Reply] = Future()
+
+        def encode(fut: Future[Any]) -> None:
+            reply.set_result(self._encode_future(call, fut, caller_id))
+
+        def on_value(fut: Future[Any]) -> None:  # encode on the pool, not the completer
+            try:
+                self._agent.pool.submit(encode, fut)
+            except RuntimeError:  # the pool closed: the worker is stopping
+                encode(fut)
+
+        outcome.future.add_done_callback(on_value)
+        return reply
 
     async def serve(self, msg: Message, caller_id: int) -> Reply:
         """Run the call in ``msg`` and return its encoded reply (result or error)."""
@@ -228,18 +255,55 @@ class Callee:
         )
         return pb.FrameHeader(reply=reply, payload=pb.Payload()), []
 
-    def park(self, reply: Reply, caller_id: int, ttl: float | None) -> pb.FrameHeader:
-        """Keep a reply too large for one frame; return the continuation frame header."""
+    def reply_frame(
+        self, reply: Reply | Future[Reply], call: pb.CallHeader, caller_id: int
+    ) -> Frame:
+        """The one frame that answers a unary ``Call``: the reply itself when it fits in
+        ``single_frame_bytes``, else a continuation the caller fetches with FetchReply (also
+        for a reply that is still a Future)."""
+        if not isinstance(reply, Future):
+            first, buffers = reply
+            size = calls.total_bytes(buffers)
+            if size <= self._agent.options.single_frame_bytes:
+                return next(split(first, buffers, max(1, size)))
+        parked = self.park(reply, caller_id, call.timeout_seconds or None, call.message_id)
+        return Frame(parked, ())
+
+    def park(
+        self,
+        reply: Reply | Future[Reply],
+        caller_id: int,
+        ttl: float | None,
+        message_id: int | None = None,
+    ) -> pb.FrameHeader:
+        """Keep a reply too large for one frame (or one still to come); return the
+        continuation frame header. Any thread."""
         cont = next(self._park_ids)
         with self._lock:
             self._parked[cont] = (caller_id, reply)
-        loop = asyncio.get_running_loop()
-        loop.call_later((ttl or _PARK_SECONDS) + 5.0, self._parked.pop, cont, None)
-        call_reply = reply[0].reply
-        header = pb.ReplyHeader(message_id=call_reply.message_id, continuation=cont)
+        loop = io.io_loop()
+        expire = (ttl or _PARK_SECONDS) + 5.0
+
+        def forget_later() -> None:
+            loop.call_later(expire, self._parked.pop, cont, None)
+
+        loop.call_soon_threadsafe(forget_later)
+        if message_id is None:
+            assert not isinstance(reply, Future)
+            message_id = reply[0].reply.message_id
+        header = pb.ReplyHeader(message_id=message_id, continuation=cont)
         return pb.FrameHeader(reply=header, payload=pb.Payload(), last=True)
 
-    def take_parked(self, cont: int, caller_id: int) -> Reply | None:
+    async def take_parked_reply(self, cont: int, caller_id: int) -> Reply | None:
+        """On the I/O loop: remove a parked reply (waiting, without a thread, for one still
+        to come); None if there is none for ``caller_id``."""
+        entry = self.take_parked(cont, caller_id)
+        if isinstance(entry, Future):
+            await until_done(entry)
+            return entry.value()
+        return entry
+
+    def take_parked(self, cont: int, caller_id: int) -> Reply | Future[Reply] | None:
         """Remove and return a parked reply, if it exists and belongs to ``caller_id``."""
         with self._lock:
             entry = self._parked.get(cont)

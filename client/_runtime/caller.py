@@ -35,6 +35,7 @@ from ..errors import (
 from ..futures import Future, blocking_region
 from . import hooks
 from . import loop as io
+from .callee import ASYNC_EXECUTION_ATTR
 from .retry import retry_with_backoff
 from .transport import map_rpc_error
 from .workers import Peer
@@ -131,10 +132,19 @@ class Caller:
                 self._shm_sent[call.message_id] = shared
         started = time.monotonic()
         single = size <= agent.options.single_frame_bytes
+        # The fast lane serves a call on a pool thread; a reply that comes later (an
+        # @async_execution function, RRef arguments to confirm first) is parked there and
+        # fetched in a second round trip, so such calls go to the asyncio server, which sends
+        # the reply when it is there without holding a thread on either side.
+        dial = (
+            peer.call_dial
+            if not (getattr(fn, ASYNC_EXECUTION_ATTR, False) or ctx.objects.get("R"))
+            else peer.dial
+        )
         if single:
             frame = next(split(first, buffers, max(1, size)))
         if single and not blocking:
-            self._start_async(peer, frame, call, fut, what, started, timeout)
+            self._start_async(peer, dial, frame, call, fut, what, started, timeout)
             return fut
 
         def run() -> None:
@@ -142,7 +152,7 @@ class Caller:
                 with blocking_region():
                     reply: Iterable[Frame]
                     if single:
-                        reply = [agent.transport.call(peer.dial, frame, timeout)]
+                        reply = [agent.transport.call(dial, frame, timeout)]
                     else:
                         frames = split(first, buffers, agent.options.chunk_bytes)
                         reply = agent.transport.stream(peer.dial, frames, timeout)
@@ -164,6 +174,7 @@ class Caller:
     def _start_async(
         self,
         peer: Peer,
+        dial: str,
         frame: Frame,
         call: pb.CallHeader,
         fut: Future[Any],
@@ -209,7 +220,7 @@ class Caller:
                 complete()
 
         try:
-            agent.transport.call_future(peer.dial, frame, timeout, on_done)
+            agent.transport.call_future(dial, frame, timeout, on_done)
         except GradwireError as exc:
             self._fail(fut, exc)
             self._forget(call.message_id)

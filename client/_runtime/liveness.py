@@ -170,6 +170,8 @@ class Liveness:
         log.warning("%s: worker %r is lost: %s", agent.name, peer.name, why)
         agent.caller.fail_peer(peer.id, f"worker {peer.name!r} is lost: {why}")
         agent.transport.drop(peer.dial)
+        if peer.call_dial != peer.dial:
+            agent.transport.drop(peer.call_dial)
         agent.autograd.on_peer_lost(peer.id)
         if agent.barriers is not None:  # rank 0: the shutdown barriers stop waiting for it
             io.io_loop().call_soon_threadsafe(agent.barriers.mark_gone, peer.id)

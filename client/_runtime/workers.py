@@ -42,6 +42,12 @@ class Peer:
     local_address: str = ""
     #: The address this worker dials: the Unix socket for a peer on the same host, else address.
     dial: str = ""
+    #: The peer's fast lane (unary Call and Gradients) when it is on this host, else ``dial``.
+    call_dial: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.call_dial:  # no fast lane: Call and Gradients go where everything goes
+            object.__setattr__(self, "call_dial", self.dial)
 
     @property
     def info(self) -> WorkerInfo:

@@ -53,6 +53,9 @@ class Target:
     token: str
     max_bytes: int
     channel: grpc.Channel
+    #: The fast lane's address and a channel to it (Call and Gradients only).
+    lane: str = ""
+    lane_channel: grpc.Channel | None = None
 
     @property
     def pid(self) -> int:
@@ -61,6 +64,8 @@ class Target:
     def stop(self, timeout: float = 30.0) -> str:
         """Close its stdin (it shuts down) and return what it printed last."""
         self.channel.close()
+        if self.lane_channel is not None:
+            self.lane_channel.close()
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         try:
@@ -89,9 +94,12 @@ def start_target(max_bytes: int = 16 << 20, timeout: float = 60.0) -> Target:
     if not line or not line[0].startswith("READY"):
         proc.kill()
         raise RuntimeError(f"fuzz target did not start: {line!r}")
-    address = line[0].split()[1]
+    address, lane = line[0].split()[1:3]
     opts = [("grpc.max_receive_message_length", 64 << 20), ("grpc.enable_http_proxy", 0)]
-    return Target(proc, address, token, max_bytes, grpc.insecure_channel(address, options=opts))
+    channel = grpc.insecure_channel(address, options=opts)
+    return Target(
+        proc, address, token, max_bytes, channel, lane, grpc.insecure_channel(lane, options=opts)
+    )
 
 
 def rss_kib(pid: int) -> dict[str, int]:
@@ -168,8 +176,13 @@ def _judge(method: str, case: Case, code: grpc.StatusCode, details: str, out: li
     return f"{code.name}: {details}"
 
 
-def fuzz_method(target: Target, method: str, seconds: float, seed: int) -> Verdict:
-    """Fuzz ``method`` for ``seconds``; a valid echo every 25 cases must still work."""
+def fuzz_method(
+    target: Target, method: str, seconds: float, seed: int, lane: bool = False
+) -> Verdict:
+    """Fuzz ``method`` for ``seconds`` (on the fast lane when ``lane``); a valid echo every 25
+    cases must still work."""
+    channel = target.lane_channel if lane else target.channel
+    assert channel is not None, "the target has no fast lane"
     rng = random.Random(seed)
     make = GENERATORS[method]
     verdict = Verdict(method)
@@ -179,7 +192,7 @@ def fuzz_method(target: Target, method: str, seconds: float, seed: int) -> Verdi
         case = make(rng)
         caller = rng.choice(["0", "0", "0", "-7", "999", "x", str(2**70)])
         md = (("x-gradwire-token", target.token), ("x-gradwire-caller", caller))
-        code, details, out = invoke(target.channel, method, case.messages, md, timeout)
+        code, details, out = invoke(channel, method, case.messages, md, timeout)
         verdict.cases += 1
         outcome = code.name
         if code == grpc.StatusCode.OK and method in ("Call", "PythonCall") and out:

@@ -24,6 +24,7 @@ import pytest
 from gradwire._wire import framing
 from gradwire.distributed import rpc
 from gradwire.distributed.rpc._testing import free_port
+from gradwire.server.fast_lane import FAST_LANE_METHODS
 
 from .fuzz_client import Target, echo_roundtrip, fuzz_method, invoke, methods, rss_kib, start_target
 from .fuzzgen import GENERATORS
@@ -43,8 +44,8 @@ def target() -> Iterator[Target]:
         t.stop()
 
 
-def _check(target: Target, method: str, seconds: float) -> None:
-    verdict = fuzz_method(target, method, seconds, SEED)
+def _check(target: Target, method: str, seconds: float, lane: bool = False) -> None:
+    verdict = fuzz_method(target, method, seconds, SEED, lane)
     assert target.proc.poll() is None, (
         f"fuzz target died (exit {target.proc.returncode}), seed {SEED}"
     )
@@ -71,6 +72,12 @@ def test_fuzz_method(target: Target, method: str) -> None:
     _check(target, method, float(os.environ.get("GRADWIRE_FUZZ_SECONDS", "2")))
 
 
+@pytest.mark.parametrize("method", FAST_LANE_METHODS)
+def test_fuzz_fast_lane(target: Target, method: str) -> None:
+    """The same cases on the fast lane (the synchronous server same-host peers use)."""
+    _check(target, method, float(os.environ.get("GRADWIRE_FUZZ_SECONDS", "2")), lane=True)
+
+
 SLOW_SECONDS = float(os.environ.get("GRADWIRE_FUZZ_SLOW_SECONDS", "60"))
 
 
@@ -79,6 +86,13 @@ SLOW_SECONDS = float(os.environ.get("GRADWIRE_FUZZ_SLOW_SECONDS", "60"))
 @pytest.mark.parametrize("method", methods())
 def test_fuzz_method_long(target: Target, method: str) -> None:
     _check(target, method, SLOW_SECONDS)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(SLOW_SECONDS + 300)
+@pytest.mark.parametrize("method", FAST_LANE_METHODS)
+def test_fuzz_fast_lane_long(target: Target, method: str) -> None:
+    _check(target, method, SLOW_SECONDS, lane=True)
 
 
 def test_target_still_serves_and_shuts_down(target: Target) -> None:

@@ -1,0 +1,213 @@
+"""The fast lane: a synchronous gRPC server for the latency-bound unary methods, Call and Gradients.
+
+Every call the asyncio server (``app.py``) serves crosses two thread switches: the I/O loop hands
+it to the serving pool and the pool hands the reply back to the loop (~170 us of a ~600 us round
+trip on the development machine, measured with a bare echo handler). gRPC's synchronous server
+hands a call to an executor thread and answers from that thread; with gradwire's serving pool as
+the executor, the handler runs the user's function right there, under the pool's slot accounting
+(a handler blocked in a nested call lends its slot back, so call chains never deadlock).
+
+The fast lane listens on a second Unix socket in the worker's private socket directory
+(``WorkerInfo.local_call_address``), so only peers on the same host reach it; the asyncio server
+still serves every method, Call and Gradients included, for everyone else. The interceptor checks
+the cluster token before a byte of the request is decoded (gRPC deserializes requests on the
+executor thread, after the interceptor). A call that arrives before this worker finished its
+rendezvous waits for it on its pool thread (at most ``init_timeout``) and only then is checked
+and decoded. A reply too large for one frame, or one that comes later (``@async_execution``,
+RRef arguments not confirmed yet), is parked: the caller fetches it with FetchReply from the
+asyncio server, which waits for it without holding a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from gradwire._proto import worker_pb2 as pb
+from gradwire._runtime.agent import AgentState
+from gradwire._runtime.transport import IN_FLIGHT_MARK, SERVICE, channel_options
+from gradwire._wire.framing import Assembler, Frame, decode_frame, encode_frame
+from gradwire.errors import (
+    GradwireError,
+    SerializationError,
+    TooManyRequestsError,
+    WorkerUnavailableError,
+)
+from gradwire.futures import Future, blocking_region
+
+from .interceptors import not_ready_message, token_refusal
+from .servicer import Undecodable, caller_from_metadata, lenient, status_for
+
+__all__ = ["start_fast_lane", "FAST_LANE_METHODS"]
+
+log = logging.getLogger(__name__)
+#: The Worker methods the fast lane serves (all unary, one frame in, one message out).
+FAST_LANE_METHODS = ("Call", "Gradients")
+_decode = lenient(decode_frame, "frame")
+
+
+def _abort(context: grpc.ServicerContext, exc: BaseException) -> None:
+    code, details = status_for(exc)
+    if code == grpc.StatusCode.INTERNAL:
+        log.error("internal error in the fast lane: %r", exc, exc_info=exc)
+    context.abort(code, details)
+
+
+class _Lane:
+    """The handlers; each runs on a serving-pool thread."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+
+    def _frame(self, frame: Any, context: grpc.ServicerContext) -> tuple[Frame, int]:
+        agent = self._agent
+        if isinstance(frame, Undecodable):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, frame.error)
+        if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
+            _abort(context, WorkerUnavailableError(f"worker {agent.name!r} is not running"))
+        return frame, caller_from_metadata(context.invocation_metadata(), agent.world_size)
+
+    def _assemble(self, frame: Frame, caller: int, method: str) -> Any:
+        asm = Assembler(self._agent.options.max_message_bytes, self._agent.peer_name(caller))
+        if not asm.feed(frame):
+            raise SerializationError(f"single-frame {method} without its last frame")
+        return asm.message
+
+    def call(self, request: Any, context: grpc.ServicerContext) -> Frame:
+        frame, caller = self._frame(request, context)
+        callee = self._agent.callee
+        if not callee.enter(caller, fast_lane=True):
+            _abort(
+                context,
+                TooManyRequestsError(
+                    f"worker {self._agent.name!r} already has "
+                    f"{self._agent.options.max_in_flight_per_peer} {IN_FLIGHT_MARK} from worker "
+                    f"{self._agent.peer_name(caller)!r} (max_in_flight_per_peer)"
+                ),
+            )
+        call = frame.header.call
+        reply: Any = None
+        try:
+            try:
+                msg = self._assemble(frame, caller, "call")
+                if not msg.header.HasField("call"):
+                    raise SerializationError("the first frame of a call carries no CallHeader")
+                reply = callee.serve_blocking(msg, caller)
+            except GradwireError as exc:
+                reply = callee.encode_error(call, exc)
+            return callee.reply_frame(reply, call, caller)
+        finally:
+            if isinstance(reply, Future):  # in flight until its value is there
+                reply.add_done_callback(lambda f: callee.leave(caller, _failed(f.value())))
+            else:
+                callee.leave(caller, reply is None or _failed(reply))
+
+    def gradients(self, request: Any, context: grpc.ServicerContext) -> pb.GradientsAck:
+        frame, caller = self._frame(request, context)
+        handler = self._agent.control_handlers.get("PropagateGradients")
+        try:
+            if handler is None:
+                raise NotImplementedError(
+                    f"worker {self._agent.name!r} has no handler for PropagateGradients"
+                )
+            ack = handler(self._assemble(frame, caller, "Gradients"), caller)
+            if isinstance(ack, Future):
+                ack = ack.wait(context.time_remaining())  # lends the pool slot back
+            return ack
+        except Exception as exc:  # noqa: BLE001 - becomes the call's status
+            _abort(context, exc)
+            raise  # pragma: no cover - abort raises
+
+
+def _failed(reply: Any) -> bool:
+    return bool(reply[0].reply.HasField("error"))
+
+
+def _refusing(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
+    def reject(_request: bytes, context: grpc.ServicerContext) -> None:
+        context.abort(code, details)
+
+    return grpc.unary_unary_rpc_method_handler(reject)  # raw bytes: nothing is decoded
+
+
+def _after_rendezvous(agent: Any, method: str, handler: grpc.RpcMethodHandler) -> Any:
+    """``handler`` behind a wait for the rendezvous, the token check and then the decoding."""
+    behavior: Callable[[Any, grpc.ServicerContext], Any] = handler.unary_unary
+
+    def wait_then_serve(raw: bytes, context: grpc.ServicerContext) -> Any:
+        with blocking_region():
+            ready = agent.wait_ready_blocking(agent.options.init_timeout)
+        if not ready:
+            context.abort(grpc.StatusCode.UNAVAILABLE, not_ready_message(agent))
+        refusal = token_refusal(agent, method, context.invocation_metadata())
+        if refusal is not None:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
+        return behavior(_decode(raw), context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        wait_then_serve, response_serializer=handler.response_serializer
+    )
+
+
+class _Auth(grpc.ServerInterceptor):
+    """The token check of every fast-lane call (runs on gRPC's polling thread: never waits)."""
+
+    def __init__(self, agent: Any) -> None:
+        self._agent = agent
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        agent = self._agent
+        handler = continuation(details)
+        if handler is None:
+            return None
+        if not agent.is_ready():  # the token may not be known yet: check it after the wait
+            return _after_rendezvous(agent, details.method, handler)
+        refusal = token_refusal(agent, details.method, details.invocation_metadata)
+        if refusal is not None:
+            return _refusing(grpc.StatusCode.UNAUTHENTICATED, refusal)
+        return handler
+
+
+def _handlers(lane: _Lane) -> grpc.GenericRpcHandler:
+    def ser(m: Any) -> bytes:
+        return m.SerializeToString()
+
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "Call": grpc.unary_unary_rpc_method_handler(lane.call, _decode, encode_frame),
+            "Gradients": grpc.unary_unary_rpc_method_handler(lane.gradients, _decode, ser),
+        },
+    )
+
+
+def start_fast_lane(agent: Any) -> grpc.Server | None:
+    """Start the fast lane of ``agent`` on ``agent.local_call_address`` (None when it has
+    none: Unix sockets off, or TLS on).
+
+    Raises:
+        OSError: the socket cannot be bound.
+    """
+    address = agent.local_call_address
+    if not address:
+        return None
+    server = grpc.server(
+        agent.pool,  # the serving pool is the executor: see the module docstring
+        interceptors=[_Auth(agent)],
+        options=[
+            *channel_options(agent.options),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+            ("grpc.http2.max_ping_strikes", 0),
+        ],
+    )
+    server.add_generic_rpc_handlers((_handlers(_Lane(agent)),))
+    if not server.add_insecure_port(address):
+        raise OSError(f"cannot listen on {address}")
+    server.start()
+    return server

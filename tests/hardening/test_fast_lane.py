@@ -1,0 +1,139 @@
+"""The fast lane (gradwire.server.fast_lane): which calls take it, what it answers, and that it
+refuses a missing token before decoding anything."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import grpc
+import pytest
+from gradwire._proto import worker_pb2 as pb
+from gradwire._runtime.agent import current
+from gradwire._wire import calls, framing
+from gradwire._wire.pickler import EncodeContext
+from gradwire.distributed import rpc
+from gradwire.distributed.rpc._testing import free_port, run_cluster
+from gradwire.server import fast_lane
+
+from . import lane_bodies
+from .fuzz_client import invoke
+from .fuzzgen import GENERATORS
+
+
+def test_plain_calls_take_the_fast_lane_and_deferred_ones_do_not() -> None:
+    results = run_cluster(2, lane_bodies.routing)
+    r = results[0].value
+    assert r["plain"] == list(range(10))
+    assert r["big_equal"] is True
+    assert r["deferred"] == [1, 2, 3, 1, 2, 3]
+    assert r["with_rref"] == 3
+    # 10 plain calls, the big echo and the lane_count call that read `before`; not the six
+    # @async_execution calls nor the call with an RRef argument (asyncio server).
+    assert r["lane_calls"] == 12
+
+
+def test_no_fast_lane_without_unix_sockets() -> None:
+    results = run_cluster(2, lane_bodies.routing, options={"use_unix_socket": False})
+    r = results[0].value
+    assert r["plain"] == list(range(10)) and r["deferred"] == [1, 2, 3, 1, 2, 3]
+    assert r["lane_calls"] == 0
+
+
+def _solo(token: str = "the-token") -> Any:
+    options = rpc.GrpcRpcBackendOptions(
+        init_method=f"tcp://127.0.0.1:{free_port()}",
+        token=token,
+        init_timeout=20,
+        rpc_timeout=10,
+        use_unix_socket=True,
+    )
+    rpc.init_rpc("lane", 0, 1, options)
+    return current()
+
+
+def _call_frame(fn: Any, *args: Any) -> bytes:
+    name, bound_self = calls.function_name(fn)
+    header = pb.CallHeader(message_id=7, caller_id=0, kind=pb.CALL_KIND_PYTHON, function=name)
+    first, buffers = calls.encode_body(
+        pb.FrameHeader(call=header), (bound_self, args, {}), EncodeContext(peer="lane")
+    )
+    return framing.encode_frame(next(framing.split(first, buffers, 1 << 20)))
+
+
+def test_a_deferred_reply_on_the_fast_lane_is_parked_and_fetched() -> None:
+    """A caller that sends an @async_execution call to the fast lane anyway gets a
+    continuation, and FetchReply on the asyncio server delivers the value."""
+    agent = _solo()
+    try:
+        md = (("x-gradwire-token", "the-token"), ("x-gradwire-caller", "0"))
+        with grpc.insecure_channel(agent.local_call_address) as lane:
+            raw = lane.unary_unary(f"/{fast_lane.SERVICE}/Call")(
+                _call_frame(lane_bodies.later, 41), timeout=10, metadata=md
+            )
+        reply = framing.decode_frame(raw).header.reply
+        assert reply.continuation > 0 and reply.message_id == 7
+        with grpc.insecure_channel(agent.local_address) as main:
+            fetch = main.unary_stream(
+                f"/{fast_lane.SERVICE}/FetchReply", pb.FetchReplyRequest.SerializeToString
+            )
+            request = pb.FetchReplyRequest(continuation=reply.continuation, caller_id=0)
+            frames = [framing.decode_frame(f) for f in fetch(request, timeout=10, metadata=md)]
+        asm = framing.Assembler(1 << 20)
+        for f in frames:
+            asm.feed(f)
+        assert asm.message is not None
+        body, _ = calls.decode_body(asm.message, {"policy": agent.policy, "worker": "lane"})
+        assert body == 42
+    finally:
+        rpc.shutdown(graceful=False)
+
+
+def test_no_decoder_is_reached_on_the_fast_lane_without_the_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counts = {"frame": 0, "assembler": 0}
+    real_decode, real_feed = fast_lane._decode, framing.Assembler.feed
+
+    def decode(data: bytes) -> Any:
+        counts["frame"] += 1
+        return real_decode(data)
+
+    def feed(self: Any, frame: Any) -> bool:
+        counts["assembler"] += 1
+        return real_feed(self, frame)
+
+    monkeypatch.setattr(fast_lane, "_decode", decode)
+    monkeypatch.setattr(framing.Assembler, "feed", feed)
+    agent = _solo()  # the lane's handlers are built now, with the counting decoder
+    try:
+        rng = random.Random(5)
+        with grpc.insecure_channel(agent.local_call_address) as lane:
+            for _ in range(5):
+                for method in fast_lane.FAST_LANE_METHODS:
+                    case = GENERATORS[method](rng)
+                    for md in ((), (("x-gradwire-token", "wrong"),)):
+                        code, details, _ = invoke(lane, method, case.messages, md, 5.0)
+                        assert code == grpc.StatusCode.UNAUTHENTICATED, (method, code, details)
+                        assert "cluster token" in details
+            assert counts == {"frame": 0, "assembler": 0}, counts
+            md = (("x-gradwire-token", "the-token"), ("x-gradwire-caller", "0"))
+            code, _, out = invoke(lane, "Call", [_call_frame(lane_bodies.echo, 5)], md, 5.0)
+            assert code == grpc.StatusCode.OK and out
+        assert counts["frame"] >= 1 and counts["assembler"] >= 1, counts
+    finally:
+        rpc.shutdown(graceful=False)
+
+
+def test_the_fast_lane_refuses_a_stopped_worker_and_leaves_no_socket() -> None:
+    agent = _solo()
+    path = agent.local_call_address.removeprefix("unix:")
+
+    assert os.path.exists(path)
+    rpc.shutdown(graceful=False)
+    assert not os.path.exists(path)
+    with grpc.insecure_channel(agent.local_call_address) as lane:
+        md = (("x-gradwire-token", "the-token"),)
+        code, _, _ = invoke(lane, "Call", [_call_frame(lane_bodies.echo, 5)], md, 2.0)
+    assert code == grpc.StatusCode.UNAVAILABLE
