@@ -1,4 +1,6 @@
-"""The fast lane: a synchronous gRPC server for the latency-bound unary methods, Call and Gradients.
+"""The fast lane: a synchronous gRPC server for the latency-bound unary methods: Call, Gradients
+and the control messages that are answered at once (ReleaseContext, ForkRequest, ChildAck,
+RRefDelete).
 
 Every call the asyncio server (``app.py``) serves crosses two thread switches: the I/O loop hands
 it to the serving pool and the pool hands the reply back to the loop (~170 us of a ~600 us round
@@ -27,7 +29,12 @@ from typing import Any
 import grpc
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
-from gradwire._runtime.transport import IN_FLIGHT_MARK, SERVICE, channel_options
+from gradwire._runtime.transport import (
+    FAST_LANE_CONTROL,
+    IN_FLIGHT_MARK,
+    SERVICE,
+    channel_options,
+)
 from gradwire._wire.framing import Assembler, Frame, decode_frame, encode_frame
 from gradwire.errors import (
     GradwireError,
@@ -43,8 +50,14 @@ from .servicer import Undecodable, caller_from_metadata, lenient, status_for
 __all__ = ["start_fast_lane", "FAST_LANE_METHODS"]
 
 log = logging.getLogger(__name__)
-#: The Worker methods the fast lane serves (all unary, one frame in, one message out).
-FAST_LANE_METHODS = ("Call", "Gradients")
+#: The Worker methods the fast lane serves (all unary and answered at once).
+FAST_LANE_METHODS = ("Call", "Gradients", *FAST_LANE_CONTROL)
+_CONTROL_REQUESTS: dict[str, Any] = {
+    "ReleaseContext": pb.ReleaseContextRequest,
+    "ForkRequest": pb.ForkRequest,
+    "ChildAck": pb.ChildAck,
+    "RRefDelete": pb.RRefDelete,
+}
 _decode = lenient(decode_frame, "frame")
 
 
@@ -106,16 +119,35 @@ class _Lane:
 
     def gradients(self, request: Any, context: grpc.ServicerContext) -> pb.GradientsAck:
         frame, caller = self._frame(request, context)
-        handler = self._agent.control_handlers.get("PropagateGradients")
         try:
+            message = self._assemble(frame, caller, "Gradients")
+        except GradwireError as exc:
+            _abort(context, exc)
+        return self._control("PropagateGradients", message, caller, context)
+
+    def control(self, method: str) -> Callable[[Any, grpc.ServicerContext], Any]:
+        """The handler of the unary control ``method`` (ReleaseContext, ForkRequest, ...)."""
+
+        def handle(request: Any, context: grpc.ServicerContext) -> Any:
+            if isinstance(request, Undecodable):
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.error)
+            caller = caller_from_metadata(context.invocation_metadata(), self._agent.world_size)
+            return self._control(method, request, caller, context)
+
+        return handle
+
+    def _control(self, method: str, request: Any, caller: int, context: Any) -> Any:
+        agent = self._agent
+        handler = agent.control_handlers.get(method)
+        try:
+            if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
+                raise WorkerUnavailableError(f"worker {agent.name!r} is not running")
             if handler is None:
-                raise NotImplementedError(
-                    f"worker {self._agent.name!r} has no handler for PropagateGradients"
-                )
-            ack = handler(self._assemble(frame, caller, "Gradients"), caller)
-            if isinstance(ack, Future):
-                ack = ack.wait(context.time_remaining())  # lends the pool slot back
-            return ack
+                raise NotImplementedError(f"worker {agent.name!r} has no handler for {method}")
+            answer = handler(request, caller)
+            if isinstance(answer, Future):
+                answer = answer.wait(context.time_remaining())  # lends the pool slot back
+            return answer
         except Exception as exc:  # noqa: BLE001 - becomes the call's status
             _abort(context, exc)
             raise  # pragma: no cover - abort raises
@@ -135,6 +167,7 @@ def _refusing(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
 def _after_rendezvous(agent: Any, method: str, handler: grpc.RpcMethodHandler) -> Any:
     """``handler`` behind a wait for the rendezvous, the token check and then the decoding."""
     behavior: Callable[[Any, grpc.ServicerContext], Any] = handler.unary_unary
+    decode: Callable[[bytes], Any] = handler.request_deserializer
 
     def wait_then_serve(raw: bytes, context: grpc.ServicerContext) -> Any:
         with blocking_region():
@@ -144,7 +177,7 @@ def _after_rendezvous(agent: Any, method: str, handler: grpc.RpcMethodHandler) -
         refusal = token_refusal(agent, method, context.invocation_metadata())
         if refusal is not None:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
-        return behavior(_decode(raw), context)
+        return behavior(decode(raw), context)
 
     return grpc.unary_unary_rpc_method_handler(
         wait_then_serve, response_serializer=handler.response_serializer
@@ -178,13 +211,15 @@ def _handlers(lane: _Lane) -> grpc.GenericRpcHandler:
     def ser(m: Any) -> bytes:
         return m.SerializeToString()
 
-    return grpc.method_handlers_generic_handler(
-        SERVICE,
-        {
-            "Call": grpc.unary_unary_rpc_method_handler(lane.call, _decode, encode_frame),
-            "Gradients": grpc.unary_unary_rpc_method_handler(lane.gradients, _decode, ser),
-        },
-    )
+    handlers = {
+        "Call": grpc.unary_unary_rpc_method_handler(lane.call, _decode, encode_frame),
+        "Gradients": grpc.unary_unary_rpc_method_handler(lane.gradients, _decode, ser),
+    }
+    for method in FAST_LANE_CONTROL:
+        cls = _CONTROL_REQUESTS[method]
+        de = lenient(cls.FromString, cls.DESCRIPTOR.name)
+        handlers[method] = grpc.unary_unary_rpc_method_handler(lane.control(method), de, ser)
+    return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
 
 def start_fast_lane(agent: Any) -> grpc.Server | None:

@@ -37,7 +37,7 @@ from . import hooks
 from . import loop as io
 from .callee import ASYNC_EXECUTION_ATTR
 from .retry import retry_with_backoff
-from .transport import map_rpc_error
+from .transport import FAST_LANE_CONTROL, map_rpc_error
 from .workers import Peer
 
 if TYPE_CHECKING:
@@ -359,7 +359,11 @@ class Caller:
             try:
                 with blocking_region():
                     return self._agent.transport.control(
-                        peer.dial, method, request, response_cls, left
+                        peer.call_dial if method in FAST_LANE_CONTROL else peer.dial,
+                        method,
+                        request,
+                        response_cls,
+                        left,
                     )
             except grpc.RpcError as exc:
                 error = map_rpc_error(exc, peer.name, method, started, timeout)

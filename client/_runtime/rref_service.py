@@ -158,7 +158,7 @@ class RRefService:
 
         def start(seconds: float, settled: Callable[[Any], None]) -> None:
             agent.transport.control_future(
-                agent.peers[msg.dest].dial, method, request, response_cls, seconds, settled
+                agent.peers[msg.dest].call_dial, method, request, response_cls, seconds, settled
             )
 
         def done(reply: Any, error: BaseException | None) -> None:

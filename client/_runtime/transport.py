@@ -42,6 +42,7 @@ __all__ = [
     "SERVICE",
     "channel_options",
     "IN_FLIGHT_MARK",
+    "FAST_LANE_CONTROL",
     "add_failure_observer",
     "remove_failure_observer",
     "set_lost",
@@ -52,6 +53,9 @@ SERVICE = "gradwire.v1.Worker"
 #: Text the servicer puts in RESOURCE_EXHAUSTED details for the in-flight limit.
 IN_FLIGHT_MARK = "calls in flight"
 _HEADER_SLACK = 1 << 20
+#: The unary control methods the fast lane (gradwire.server.fast_lane) serves besides Call and
+#: Gradients: their handlers answer at once, so a same-host sender may use ``Peer.call_dial``.
+FAST_LANE_CONTROL = ("ReleaseContext", "ForkRequest", "ChildAck", "RRefDelete")
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 

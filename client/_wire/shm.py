@@ -36,14 +36,15 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from .._proto import worker_pb2 as pb
 from ..errors import SerializationError
-from .shm_pool import DATA_OFFSET, SegmentPool
+from .shm_pool import CACHED, DATA_OFFSET, LEASED, RETIRED, TICKET, SegmentPool, header_words
 
 __all__ = ["Route", "set_route", "offer", "receive", "cancel", "stats", "reset_stats"]
 
@@ -55,6 +56,13 @@ _pools: dict[str, SegmentPool] = {}  # seg_id -> pool, for cancel()
 _counts: Counter[str] = Counter()
 _lock = threading.Lock()
 _NAME_RE = re.compile(r"^gradwire_fs_[0-9a-f]+_[0-9a-f]+$")
+#: Peers' pooled segments this process keeps mapped between transfers (name -> Segment, least
+#: recently used first): a transfer into a cached segment costs no mmap, munmap, reference
+#: count update nor segment-manager message.
+_cache: OrderedDict[str, Any] = OrderedDict()
+_cache_lock = threading.Lock()
+CACHE_MAX_SEGMENTS = 64
+CACHE_MAX_BYTES = 512 << 20
 
 
 def set_route(route: Route | None) -> None:
@@ -121,26 +129,47 @@ def receive(meta: pb.TensorMeta) -> np.ndarray:
         SerializationError: the reference is malformed, the segment is gone (its sender died),
             or it no longer holds this transfer.
     """
-    from ..multiprocessing import _posix, _segment
-    from ..multiprocessing._shm_manager import SHM_DIR
+    from ..multiprocessing import _segment
 
     ref = meta.shm
     dtype, shape = np.dtype(meta.dtype), tuple(meta.shape)
     if (
         not _NAME_RE.match(ref.name)
-        or ref.offset < 8
+        or ref.offset < DATA_OFFSET
         or ref.offset % max(1, dtype.alignment)
         or ref.offset + meta.nbytes > ref.size
     ):
         raise SerializationError(f"malformed shared-memory reference {ref.name!r}")
-    local = next((s for s in _segment.live_segments() if s.seg_id == ref.seg_id), None)
-    if local is not None:  # our own segment: copy, then release the ticket
-        word = local.ndarray(np.int64, (1,))
-        _check_ticket(word, ref)
-        out = np.array(local.ndarray(dtype, shape, offset=ref.offset))
-        word[0] = 0
-        _count("received_local", meta.nbytes)
-        return out
+    with _cache_lock:
+        seg = _cache.get(ref.name)
+        if seg is not None:
+            _cache.move_to_end(ref.name)
+        else:
+            own = _segment.mapped(ref.seg_id)
+            if own is not None:  # our own segment (a call to oneself): copy, free the ticket
+                words = header_words(own)
+                _check_ticket(words, ref)
+                out = np.array(own.ndarray(dtype, shape, offset=ref.offset))
+                words[TICKET] = 0
+                _count("received_local", meta.nbytes)
+                return out
+            seg = _map_and_cache(ref)
+    words = header_words(seg)
+    _check_ticket(words, ref)
+    # The handoff, in one store: from now on the sender leaves the segment alone until the
+    # last array of this transfer is gone here (the lease puts 0 back).
+    words[TICKET] = LEASED
+    arr = np.asarray(_segment.Lease(seg, dtype, shape, ref.offset, _unlease(words)))
+    _count("received", meta.nbytes)
+    return arr
+
+
+def _map_and_cache(ref: pb.SharedMemoryRef) -> Any:
+    # With _cache_lock held: map a peer's pooled segment, taking one reference that the cache
+    # keeps (registered with the segment manager, so a killed process still gives it back).
+    from ..multiprocessing import _posix, _segment
+    from ..multiprocessing._shm_manager import SHM_DIR
+
     try:
         if os.stat(os.path.join(SHM_DIR, ref.name)).st_size < _posix.HEADER + ref.size:
             raise SerializationError(f"shared-memory segment {ref.name} is smaller than announced")
@@ -151,16 +180,49 @@ def receive(meta: pb.TensorMeta) -> np.ndarray:
             f"shared-memory segment {ref.name} is gone: its sender exited or gave up on the "
             "transfer before it was received"
         ) from exc
-    word = seg.ndarray(np.int64, (1,))
-    _check_ticket(word, ref)
-    arr = seg.ndarray(dtype, shape, offset=ref.offset)
-    word[0] = 0  # the handoff is done: from now on our mapping keeps the sender off it
-    _count("received", meta.nbytes)
-    return arr
+    for name in [n for n, s in _cache.items() if header_words(s)[RETIRED]]:
+        _evict(name)  # the sender dropped these: they will not come again
+    while _cache and (
+        len(_cache) >= CACHE_MAX_SEGMENTS
+        or sum(s.size for s in _cache.values()) + seg.size > CACHE_MAX_BYTES
+    ):
+        _evict(next(iter(_cache)))
+    header_words(seg)[CACHED] = 1  # after our reference is taken: users() counts it
+    _cache[ref.name] = seg
+    return seg
 
 
-def _check_ticket(word: np.ndarray, ref: pb.SharedMemoryRef) -> None:
-    if int(word[0]) != ref.ticket:
+def _evict(name: str) -> None:
+    # With _cache_lock held. The mapping and its reference go when the Segment is collected,
+    # i.e. once no array of it is left here.
+    seg = _cache.pop(name)
+    header_words(seg)[CACHED] = 0
+
+
+def _unlease(words: np.ndarray) -> Callable[[], None]:
+    def release() -> None:
+        if int(words[TICKET]) == LEASED:
+            words[TICKET] = 0
+
+    return release
+
+
+def clear_cache() -> None:
+    """Let go of every cached mapping (at shutdown); mappings still used by arrays stay until
+    those are gone."""
+    with _cache_lock:
+        for name in list(_cache):
+            _evict(name)
+
+
+def cache_info() -> dict[str, int]:
+    """Mappings of peers' segments kept for the next transfer: how many, and their bytes."""
+    with _cache_lock:
+        return {"segments": len(_cache), "bytes": sum(s.size for s in _cache.values())}
+
+
+def _check_ticket(words: np.ndarray, ref: pb.SharedMemoryRef) -> None:
+    if int(words[TICKET]) != ref.ticket:
         raise SerializationError(
             f"shared-memory segment {ref.name} no longer holds this transfer (its sender gave "
             "up on it)"
@@ -193,4 +255,4 @@ def forget(pool: SegmentPool) -> None:
             del _pools[seg_id]
 
 
-__all__ += ["forget", "DATA_OFFSET"]
+__all__ += ["forget", "DATA_OFFSET", "clear_cache", "cache_info"]

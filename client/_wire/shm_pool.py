@@ -4,15 +4,21 @@ Creating a segment and writing into its fresh pages runs at about 1 GB/s here, w
 segment that was used before at about 18 GB/s; so each destination peer gets a
 :class:`SegmentPool` whose segments are reused once the receiver is done with them.
 
-A segment's payload starts with an 8-byte *ticket* word (padded to :data:`DATA_OFFSET`), then
-the tensor's bytes. The pool writes a fresh nonzero ticket before copying a tensor in; the
-receiver zeroes it once it holds its own mapping. A segment is handed out again only when
+A segment's payload starts with three 8-byte words (padded to :data:`DATA_OFFSET`), then the
+tensor's bytes:
 
-* its ticket is zero (the receiver took its mapping, or the send was cancelled), and
-* ``Segment.users() == 1``: only this pool's mapping is left, so no receiver still looks at it.
+* the *ticket* (:data:`TICKET`): the pool writes a fresh positive ticket before copying a tensor
+  in; the receiver replaces it, in one store, with :data:`LEASED` while arrays of that transfer
+  are alive in its process, and with 0 when the last one is gone;
+* *cached* (:data:`CACHED`): 1 while the receiver keeps its mapping of the segment for the next
+  transfer (that mapping holds one reference, so ``users()`` counts it);
+* *retired* (:data:`RETIRED`): set by the pool when it drops the segment, so that a receiver's
+  cache lets go of it too.
 
-Both conditions are needed: the first covers the moment before the receiver maps the segment,
-the second the time it keeps it. That is what keeps transfers by value (see
+A segment is handed out again only when its ticket word is 0 (no transfer waits to be taken,
+and the receiver holds no array of the last one) and ``Segment.users() == 1 + cached``: no
+mapping but the pool's and the receiver's cache, so nobody else (say a child process the
+receiver shared the tensor with) still looks at it. That is what keeps transfers by value (see
 :mod:`gradwire._wire.shm`). A ticket that stays set longer than ``stale_seconds`` (the receiver
 died, or the message was never delivered) retires the segment: the pool drops its mapping and
 never writes it again; the memory goes when the last mapping does, and the segment manager of
@@ -24,6 +30,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import random
 import secrets
 import threading
 import time
@@ -34,12 +41,25 @@ import numpy as np
 
 from .._proto import worker_pb2 as pb
 
-__all__ = ["SegmentPool", "DATA_OFFSET", "capacity_for"]
+__all__ = [
+    "SegmentPool",
+    "DATA_OFFSET",
+    "capacity_for",
+    "header_words",
+    "TICKET",
+    "CACHED",
+    "RETIRED",
+    "LEASED",
+]
 
 log = logging.getLogger(__name__)
 
-#: Bytes before the tensor data in a pooled segment (the ticket word, cache-line padded).
+#: Bytes before the tensor data in a pooled segment (three words, cache-line padded).
 DATA_OFFSET = 64
+#: Indices of the header words (int64) at the start of a pooled segment's payload.
+TICKET, CACHED, RETIRED = 0, 1, 2
+#: Ticket value while the receiver holds arrays of the transfer.
+LEASED = -1
 #: Smallest capacity step; capacities are rounded so that slightly different sizes share segments.
 _MIN_STEP = 1 << 20
 
@@ -55,19 +75,26 @@ def capacity_for(nbytes: int) -> int:
     return -(-nbytes // step) * step
 
 
+def header_words(seg: Any) -> np.ndarray:
+    """The int64 header words (:data:`TICKET`, :data:`CACHED`, :data:`RETIRED`) of a pooled
+    segment, as an array over the segment."""
+    return seg.ndarray(np.int64, (3,))
+
+
 @dataclass
 class _Entry:
     seg: Any  # gradwire.multiprocessing._segment.Segment
     capacity: int
-    ticket_word: np.ndarray  # int64[1] over the segment's ticket
+    words: np.ndarray  # int64[3] over the segment's header words
     sent_at: float = 0.0
     last_used: float = 0.0
 
     def in_flight(self) -> bool:
-        return int(self.ticket_word[0]) != 0
+        """A ticket is set and the receiver has not taken it yet."""
+        return int(self.words[TICKET]) > 0
 
     def free(self) -> bool:
-        return not self.in_flight() and self.seg.users() == 1
+        return int(self.words[TICKET]) == 0 and self.seg.users() == 1 + int(self.words[CACHED] != 0)
 
 
 class SegmentPool:
@@ -100,6 +127,9 @@ class SegmentPool:
         self._bytes = 0
         self._closed = False
         self.created = self.reused = self.retired = self.full = 0
+        # Tickets only tell transfers apart (a late receiver must not take a later transfer's
+        # data): a PRNG seeded from the OS once is enough, and costs no syscall per send.
+        self._tickets = random.Random(secrets.randbits(64))
 
     def put(self, arr: np.ndarray) -> pb.SharedMemoryRef | None:
         """Copy ``arr`` into a free segment and return the reference the receiver needs.
@@ -114,7 +144,7 @@ class SegmentPool:
         Raises:
             OSError: the system is out of shared memory.
         """
-        ticket = secrets.randbits(62) | 1
+        ticket = self._tickets.getrandbits(62) | 1
         entry = self._acquire(arr.nbytes, ticket)
         if entry is None:
             return None
@@ -136,15 +166,17 @@ class SegmentPool:
         """Take back a segment whose message was never sent; True if it was this pool's."""
         with self._lock:
             entry = self._entries.get(seg_id)
-            if entry is None or int(entry.ticket_word[0]) != ticket:
+            if entry is None or int(entry.words[TICKET]) != ticket:
                 return False
-            entry.ticket_word[0] = 0
+            entry.words[TICKET] = 0
             return True
 
     def close(self) -> None:
         """Drop every segment (receivers that still map one keep it alive)."""
         with self._lock:
             self._closed = True
+            for entry in self._entries.values():
+                entry.words[RETIRED] = 1
             self._entries.clear()
             self._bytes = 0
 
@@ -194,7 +226,7 @@ class SegmentPool:
                     self.full += 1
                     return None
             # Set before the copy, under the lock: no other sender can take it from here on.
-            best.ticket_word[0] = ticket
+            best.words[TICKET] = ticket
             best.sent_at = best.last_used = now
             return best
 
@@ -221,7 +253,7 @@ class SegmentPool:
                 self.peer,
             )
             return None
-        entry = _Entry(seg, capacity, seg.ndarray(np.int64, (1,)))
+        entry = _Entry(seg, capacity, header_words(seg))
         self._entries[seg.seg_id] = entry
         self._bytes += capacity
         self.created += 1
@@ -229,6 +261,7 @@ class SegmentPool:
 
     def _retire(self, seg_id: str) -> None:
         entry = self._entries.pop(seg_id)
+        entry.words[RETIRED] = 1  # a receiver that caches its mapping lets go of it
         self._bytes -= entry.capacity
         self.retired += 1
 

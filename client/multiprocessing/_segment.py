@@ -49,7 +49,9 @@ __all__ = [
     "create",
     "attach_fd",
     "segment_of",
+    "Lease",
     "live_segments",
+    "mapped",
 ]
 
 log = logging.getLogger(__name__)
@@ -352,6 +354,40 @@ def attach_fd(fd: int, seg_id: str, size: int) -> Segment:
         os.close(fd)
 
 
+class Lease:
+    """The base of an ndarray over part of a segment that runs ``on_release`` once the last
+    array (or view) using it is gone; it keeps the segment mapped meanwhile.
+
+    Args:
+        seg: the mapped segment.
+        dtype, shape: the array.
+        offset: byte offset of the first element from the start of the payload.
+        on_release: called with no arguments when the lease is collected (any thread).
+
+    Example:
+        >>> arr = np.asarray(Lease(seg, np.float32, (4,), 64, lambda: None))
+    """
+
+    __slots__ = ("segment", "__array_interface__", "__weakref__")
+
+    def __init__(
+        self,
+        seg: Segment,
+        dtype: Any,
+        shape: tuple[int, ...],
+        offset: int,
+        on_release: Any,
+    ) -> None:
+        self.segment = seg
+        self.__array_interface__ = {
+            "shape": shape,
+            "typestr": np.dtype(dtype).str,
+            "data": (seg.address + offset, False),
+            "version": 3,
+        }
+        weakref.finalize(self, on_release)
+
+
 def segment_of(arr: Any) -> Segment | None:
     """The segment an ndarray (or a view of one) lives in, or None.
 
@@ -363,7 +399,15 @@ def segment_of(arr: Any) -> Segment | None:
     obj = arr
     while isinstance(obj, np.ndarray):
         obj = obj.base
+    if isinstance(obj, Lease):
+        return obj.segment
     return obj if isinstance(obj, Segment) else None
+
+
+def mapped(seg_id: str) -> Segment | None:
+    """The segment ``seg_id`` if it is mapped in this process."""
+    with _lock:
+        return _live.get(seg_id)
 
 
 def live_segments() -> list[Segment]:

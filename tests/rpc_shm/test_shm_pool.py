@@ -79,7 +79,7 @@ def test_segment_held_by_a_receiver_is_not_reused(pool: SegmentPool) -> None:
     assert ref is not None
     # Pretend a receiver in another process attached: one more reference, ticket cleared.
     _posix.adjust_count(ref.name, +1)
-    word = next(e for e in pool._entries.values()).ticket_word
+    word = next(e for e in pool._entries.values()).words
     word[0] = 0
     ref2 = pool.put(np.ones(MiB // 8))
     assert ref2 is not None and ref2.seg_id != ref.seg_id
@@ -203,7 +203,7 @@ def test_idle_free_segments_are_retired_at_the_next_send(pool: SegmentPool) -> N
     pool.idle_seconds = 0.05
     first = pool.put(np.ones(MiB // 8))
     assert first is not None
-    word = next(iter(pool._entries.values())).ticket_word
+    word = next(iter(pool._entries.values())).words
     word[0] = 0  # as a receiver that took it and let go
     del word  # (a view keeps the segment mapped)
     time.sleep(0.1)
