@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from .errors import FuturePicklingError, InvalidFutureStateError
@@ -36,15 +36,13 @@ def set_blocking_hook(hook: Callable[[], contextlib.AbstractContextManager[Any]]
     _local.hook = hook
 
 
-@contextlib.contextmanager
-def blocking_region() -> Iterator[None]:
+_NO_POOL = contextlib.nullcontext()
+
+
+def blocking_region() -> contextlib.AbstractContextManager[Any]:
     """Mark the enclosed code as a blocking wait for the current thread's pool, if any."""
     hook = getattr(_local, "hook", None)
-    if hook is None:
-        yield
-        return
-    with hook():
-        yield
+    return _NO_POOL if hook is None else hook()
 
 
 _PENDING, _RESULT, _ERROR = 0, 1, 2

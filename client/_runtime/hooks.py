@@ -118,10 +118,17 @@ def recv_reply(
         h.on_recv_reply(call, header, tensors, peer)
 
 
-@contextlib.contextmanager
-def scope(call: pb.CallHeader, peer: int) -> Iterator[None]:
+def scope(call: pb.CallHeader, peer: int) -> contextlib.AbstractContextManager[Any]:
     """Enter every hook's ``scope`` around a user function on the callee."""
+    hooks = _hooks
+    if len(hooks) == 1:  # the usual case (distributed autograd): no stack to build per call
+        return hooks[0].scope(call, peer)
+    return _scopes(hooks, call, peer)
+
+
+@contextlib.contextmanager
+def _scopes(hooks: tuple[CallHook, ...], call: pb.CallHeader, peer: int) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
-        for h in _hooks:
+        for h in hooks:
             stack.enter_context(h.scope(call, peer))
         yield

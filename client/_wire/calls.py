@@ -24,6 +24,10 @@ __all__ = ["function_name", "encode_body", "decode_body", "NO_SELF"]
 NO_SELF = None
 
 
+#: Names of plain functions and classes already sent (bounded: a program calls few of them).
+_names: dict[Any, str] = {}
+
+
 def function_name(fn: Any) -> tuple[str, Any]:
     """The qualified name under which ``fn`` travels, and the bound ``self`` to send along.
 
@@ -33,6 +37,17 @@ def function_name(fn: Any) -> tuple[str, Any]:
     Raises:
         SerializationError: ``fn`` is a lambda, a local function or not addressable by name.
     """
+    try:
+        return _names[fn], NO_SELF
+    except (KeyError, TypeError):  # not seen yet, or unhashable
+        pass
+    name, bound_self = _function_name(fn)
+    if bound_self is NO_SELF and isinstance(fn, (types.FunctionType, type)) and len(_names) < 4096:
+        _names[fn] = name
+    return name, bound_self
+
+
+def _function_name(fn: Any) -> tuple[str, Any]:
     bound_self = NO_SELF
     target = fn
     if isinstance(fn, types.MethodType) and not isinstance(fn.__self__, type):

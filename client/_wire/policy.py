@@ -201,7 +201,7 @@ class CallablePolicy:
             if module in ("__main__", "__mp_main__"):
                 obj: Any = sys.modules.get("__main__") or importlib.import_module(module)
             else:
-                obj = importlib.import_module(module)
+                obj = sys.modules.get(module) or importlib.import_module(module)
             for part in qualname.split("."):
                 obj = getattr(obj, part)
         except (ImportError, AttributeError) as exc:
