@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from .._proto import worker_pb2 as pb
-from .._wire import calls
+from .._wire import calls, shm
 from .._wire.exceptions import encode_exception
 from .._wire.framing import Frame, Message, split
 from .._wire.pickler import EncodeContext
@@ -232,7 +232,7 @@ class Callee:
             first, buffers = calls.encode_body(
                 pb.FrameHeader(reply=pb.ReplyHeader(message_id=call.message_id)), value, ctx
             )
-            size = calls.total_bytes(buffers)
+            size = calls.payload_bytes(first, calls.total_bytes(buffers))
             if size > agent.options.max_message_bytes:
                 raise MessageTooLargeError(
                     f"result of {call.function} is {size} bytes, over max_message_bytes="
@@ -241,8 +241,10 @@ class Callee:
             hooks.send_reply(call, first.reply, ctx.objects.get("T", []), caller_id)
             return first, buffers
         except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
-            # The value never leaves: give back the RRef forks made while encoding it.
+            # The value never leaves: give back the RRef forks made while encoding it, and the
+            # shared-memory segments already filled.
             agent.rref.abandon_payload(ctx)
+            shm.cancel(meta for meta, _ in ctx.tensors)
             if isinstance(exc, SerializationError) and "result of" not in str(exc):
                 exc = SerializationError(f"result of {call.function} cannot be sent: {exc}")
             return self.encode_error(call, exc)

@@ -110,9 +110,10 @@ class Caller:
                 pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
             )
             size = calls.total_bytes(buffers)
-            if size > agent.options.max_message_bytes:
+            if calls.payload_bytes(first, size) > agent.options.max_message_bytes:
                 raise MessageTooLargeError(
-                    f"call of {name} to worker {peer.name!r} carries {size} bytes, over "
+                    f"call of {name} to worker {peer.name!r} carries "
+                    f"{calls.payload_bytes(first, size)} bytes, over "
                     f"max_message_bytes={agent.options.max_message_bytes}"
                 )
         except BaseException:

@@ -108,9 +108,10 @@ class RRefCalls:
                 pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
             )
             size = calls.total_bytes(buffers)
-            if size > agent.options.max_message_bytes:
+            if calls.payload_bytes(first, size) > agent.options.max_message_bytes:
                 raise MessageTooLargeError(
-                    f"remote() of {name} to worker {peer.name!r} carries {size} bytes, over "
+                    f"remote() of {name} to worker {peer.name!r} carries "
+                    f"{calls.payload_bytes(first, size)} bytes, over "
                     f"max_message_bytes={agent.options.max_message_bytes}"
                 )
             hooks.send_call(first.call, ctx.objects.get("T", []), peer.id)

@@ -71,6 +71,7 @@ def _on_state(agent: Agent, state: AgentState) -> None:
         if pool is not None:
             pool.close()
             shm.forget(pool)
+    shm.clear_cache()  # the peers' segments this worker kept mapped for the next transfer
 
 
 def pool_stats(agent: Agent | None = None) -> dict[str, dict[str, int]]:
@@ -86,8 +87,15 @@ def pool_stats(agent: Agent | None = None) -> dict[str, dict[str, int]]:
 
 def debug_info(agent: Agent) -> dict[str, object]:
     """The ``shm_transfer`` entry of ``Agent.debug_info()``: this process' counters (tensors and
-    bytes sent / received through shared memory, ``fallback``) and the agent's pools."""
-    return {"shm_transfer": {"counters": shm.stats(), "pools": pool_stats(agent)}}
+    bytes sent / received through shared memory, ``fallback``, ``mapped``), the agent's pools
+    and the peers' segments kept mapped (``receive_cache``)."""
+    return {
+        "shm_transfer": {
+            "counters": shm.stats(),
+            "pools": pool_stats(agent),
+            "receive_cache": shm.cache_info(),
+        }
+    }
 
 
 shm.set_route(route)

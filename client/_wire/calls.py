@@ -121,8 +121,14 @@ def split_callable(name: str) -> tuple[str, str]:
 
 
 def total_bytes(buffers: Sequence[Any]) -> int:
-    """Raw size of a message's buffers."""
+    """Raw size of a message's buffers (what the frames carry)."""
     return sum(memoryview(b).nbytes for b in buffers)
 
 
-__all__ += ["split_callable", "total_bytes"]
+def payload_bytes(first: pb.FrameHeader, frame_bytes: int) -> int:
+    """Size of a message's payload for ``max_message_bytes``: the framed bytes plus the tensors
+    that travel through shared memory (the receiver counts them the same way)."""
+    return frame_bytes + sum(t.nbytes for t in first.payload.tensors if t.HasField("shm"))
+
+
+__all__ += ["split_callable", "total_bytes", "payload_bytes"]

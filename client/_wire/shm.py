@@ -180,16 +180,23 @@ def _map_and_cache(ref: pb.SharedMemoryRef) -> Any:
             f"shared-memory segment {ref.name} is gone: its sender exited or gave up on the "
             "transfer before it was received"
         ) from exc
-    for name in [n for n, s in _cache.items() if header_words(s)[RETIRED]]:
-        _evict(name)  # the sender dropped these: they will not come again
-    while _cache and (
-        len(_cache) >= CACHE_MAX_SEGMENTS
-        or sum(s.size for s in _cache.values()) + seg.size > CACHE_MAX_BYTES
-    ):
-        _evict(next(iter(_cache)))
+    _make_room(seg.size)
     header_words(seg)[CACHED] = 1  # after our reference is taken: users() counts it
     _cache[ref.name] = seg
+    _count("mapped", seg.size)
     return seg
+
+
+def _make_room(size: int) -> None:
+    # With _cache_lock held: drop what the senders retired (it will not come again), then the
+    # least recently used mappings until one more of ``size`` bytes fits.
+    for name in [n for n, s in _cache.items() if header_words(s)[RETIRED]]:
+        _evict(name)
+    while _cache and (
+        len(_cache) >= CACHE_MAX_SEGMENTS
+        or sum(s.size for s in _cache.values()) + size > CACHE_MAX_BYTES
+    ):
+        _evict(next(iter(_cache)))
 
 
 def _evict(name: str) -> None:
@@ -237,7 +244,8 @@ def _count(what: str, nbytes: int) -> None:
 
 def stats() -> dict[str, int]:
     """This process' counters: tensors (and bytes) sent, received, received from itself
-    (``received_local``), and ``fallback`` (pool full, streamed instead)."""
+    (``received_local``), ``fallback`` (pool full, streamed instead) and ``mapped`` (peers'
+    segments mapped here; a transfer into a cached one maps nothing)."""
     with _lock:
         return dict(_counts)
 

@@ -61,7 +61,7 @@ TICKET, CACHED, RETIRED = 0, 1, 2
 #: Ticket value while the receiver holds arrays of the transfer.
 LEASED = -1
 #: Smallest capacity step; capacities are rounded so that slightly different sizes share segments.
-_MIN_STEP = 1 << 20
+_MIN_STEP = 64 << 10
 
 
 def capacity_for(nbytes: int) -> int:

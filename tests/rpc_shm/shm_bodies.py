@@ -218,3 +218,29 @@ def to_here_by_value(rank: int, world_size: int) -> Any:
     checks["fetched_through_shm"] = stats().get("received", 0) - before >= 2
     del rref
     return checks
+
+
+def repeated_transfers(rank: int, world_size: int, n: int) -> Any:
+    """Rank 0 echoes a 1 MiB tensor ``n`` times, keeping the third reply; both sides' counters
+    and whether the kept reply still holds its own values."""
+    if rank != 0:
+        return None
+    kept = None
+    for i in range(n):
+        out = rpc.rpc_sync(1, echo, (np.full(MiB // 8, float(i)),))
+        assert out[0] == float(i) and out[-1] == float(i)
+        if i == 2:
+            kept = out
+    assert kept is not None
+    return {
+        "kept_intact": bool((kept == 2.0).all()),
+        "caller": stats(),
+        "callee": rpc.rpc_sync(1, stats),
+        "cache": rpc.rpc_sync(1, cache_info),
+    }
+
+
+def cache_info() -> dict[str, int]:
+    from gradwire._wire import shm
+
+    return shm.cache_info()

@@ -125,3 +125,15 @@ def test_to_here_takes_the_same_path_by_value() -> None:
     results = run_cluster(2, bodies.to_here_by_value)
     checks = results[0].value
     assert checks == dict.fromkeys(checks, True) and len(checks) == 4
+
+
+def test_receivers_keep_their_mappings_between_transfers() -> None:
+    """30 echoes of a 1 MiB tensor: each side maps the other's pooled segments once or twice,
+    not once per transfer, and a reply kept by the caller is never overwritten by later ones."""
+    results = run_cluster(2, bodies.repeated_transfers, 30)
+    out = results[0].value
+    assert out["kept_intact"]
+    for side in ("caller", "callee"):
+        assert out[side]["received"] == 30, out
+        assert 1 <= out[side]["mapped"] <= 3, out  # the kept reply pins one more segment
+    assert 1 <= out["cache"]["segments"] <= 3

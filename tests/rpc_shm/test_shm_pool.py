@@ -46,7 +46,8 @@ def _roundtrip(body: Any, peer: str = "peer", max_bytes: int = 1 << 30) -> Any:
 
 
 def test_capacity_rounds_to_an_eighth_of_the_power_of_two() -> None:
-    assert capacity_for(1) == MiB
+    assert capacity_for(1) == 64 << 10
+    assert capacity_for(200 << 10) == 256 << 10
     assert capacity_for(100 * MiB) == 104 * MiB  # steps of 8 MiB between 64 and 128 MiB
     assert capacity_for(128 * MiB) == 128 * MiB
     assert capacity_for(128 * MiB + 1) == 144 * MiB
@@ -196,7 +197,7 @@ def test_options_validate_shm_fields() -> None:
     with pytest.raises(ValueError, match="shm_pool_bytes"):
         rpc.GrpcRpcBackendOptions(shm_pool_bytes=-1)
     opts = rpc.GrpcRpcBackendOptions()
-    assert opts.shm_transfer is True and opts.shm_threshold_bytes == MiB
+    assert opts.shm_transfer is True and opts.shm_threshold_bytes == 128 << 10
 
 
 def test_idle_free_segments_are_retired_at_the_next_send(pool: SegmentPool) -> None:
@@ -229,3 +230,38 @@ def test_full_dev_shm_streams_instead_of_crashing(
     assert not first.payload.tensors[0].HasField("shm") and a.sum() == MiB // 8
     assert pool.stats()["segments"] == 0 and pool.stats()["full"] == 1
     assert set(os.listdir(SHM_DIR)) - before == set()  # the unusable segment is gone
+
+
+def test_a_retired_segment_leaves_the_receive_cache_at_the_next_mapping() -> None:
+    """The receive cache (gradwire._wire.shm) drops what the sender's pool retired (RETIRED
+    word) the next time it maps a segment, and everything at clear_cache()."""
+    from gradwire._wire import shm
+
+    shm.clear_cache()
+    a, b = _FakeCached("gradwire_fs_1_1"), _FakeCached("gradwire_fs_1_2")
+    with shm._cache_lock:
+        shm._cache[a.name] = a
+        shm._cache[b.name] = b
+    a.words[2] = 1  # the pool retired a
+    with shm._cache_lock:
+        shm._make_room(MiB)
+    assert shm.cache_info()["segments"] == 1 and a.words[1] == 0 and b.words[1] == 1
+    with shm._cache_lock:  # b is the least recently used when the cache is full
+        shm._make_room(shm.CACHE_MAX_BYTES)
+    assert shm.cache_info()["segments"] == 0 and b.words[1] == 0
+    with shm._cache_lock:
+        shm._cache[b.name] = b
+    b.words[1] = 1
+    shm.clear_cache()
+    assert shm.cache_info() == {"segments": 0, "bytes": 0} and b.words[1] == 0
+
+
+class _FakeCached:
+    """Stands for a mapped Segment in the receive cache: a name, a size and header words."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.size = name, MiB
+        self.words = np.array([0, 1, 0], dtype=np.int64)
+
+    def ndarray(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+        return self.words[: shape[0]]
