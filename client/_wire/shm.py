@@ -154,11 +154,15 @@ def receive(meta: pb.TensorMeta) -> np.ndarray:
                 _count("received_local", meta.nbytes)
                 return out
             seg = _map_and_cache(ref)
-    words = header_words(seg)
-    _check_ticket(words, ref)
-    # The handoff, in one store: from now on the sender leaves the segment alone until the
-    # last array of this transfer is gone here (the lease puts 0 back).
-    words[TICKET] = LEASED
+        if ref.offset + meta.nbytes > seg.size:  # the mapping is what the first message said
+            raise SerializationError(
+                f"shared-memory reference {ref.name!r} reaches past its {seg.size}-byte segment"
+            )
+        words = header_words(seg)
+        _check_ticket(words, ref)  # under the lock: one transfer is taken once
+        # The handoff, in one store: from now on the sender leaves the segment alone until
+        # the last array of this transfer is gone here (the lease puts 0 back).
+        words[TICKET] = LEASED
     arr = np.asarray(_segment.Lease(seg, dtype, shape, ref.offset, _unlease(words)))
     _count("received", meta.nbytes)
     return arr

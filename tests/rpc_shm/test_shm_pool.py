@@ -265,3 +265,25 @@ class _FakeCached:
 
     def ndarray(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         return self.words[: shape[0]]
+
+
+def test_a_reference_past_a_cached_mapping_is_refused() -> None:
+    """A later message may not claim more of a cached segment than was mapped."""
+    from gradwire._proto import worker_pb2 as pb
+    from gradwire._wire import shm
+
+    shm.clear_cache()
+    fake = _FakeCached("gradwire_fs_1_3")
+    with shm._cache_lock:
+        shm._cache[fake.name] = fake
+    meta = pb.TensorMeta(
+        dtype="float64",
+        shape=[MiB],  # 8 MiB from a 1 MiB mapping
+        nbytes=8 * MiB,
+        shm=pb.SharedMemoryRef(
+            name=fake.name, offset=DATA_OFFSET, size=16 * MiB, seg_id="x", ticket=5
+        ),
+    )
+    with pytest.raises(SerializationError, match="reaches past"):
+        shm.receive(meta)
+    shm.clear_cache()
