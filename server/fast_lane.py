@@ -223,12 +223,10 @@ def _handlers(lane: _Lane) -> grpc.GenericRpcHandler:
 
 
 def start_fast_lane(agent: Any) -> grpc.Server | None:
-    """Start the fast lane of ``agent`` on ``agent.local_call_address`` (None when it has
-    none: Unix sockets off, or TLS on).
-
-    Raises:
-        OSError: the socket cannot be bound.
-    """
+    """Start the fast lane of ``agent`` on ``agent.local_call_address`` (before the
+    rendezvous, which advertises it). None when it has none (Unix sockets off, or TLS on) or
+    when the socket cannot be bound: then ``local_call_address`` is cleared and same-host
+    peers send everything to the main server."""
     address = agent.local_call_address
     if not address:
         return None
@@ -242,7 +240,13 @@ def start_fast_lane(agent: Any) -> grpc.Server | None:
         ],
     )
     server.add_generic_rpc_handlers((_handlers(_Lane(agent)),))
-    if not server.add_insecure_port(address):
-        raise OSError(f"cannot listen on {address}")
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if not bound:
+        log.warning("%s: no fast lane, cannot listen on %s", agent.name, address)
+        agent.local_call_address = ""
+        return None
     server.start()
     return server

@@ -216,7 +216,9 @@ class Agent:
         self.local_address = self._unix_listener()
         #: "unix:/path" of the fast lane (gradwire.server.fast_lane), or "".
         self.local_call_address = (
-            self.local_address.replace(".sock", ".call.sock") if self.local_address else ""
+            f"unix:{os.path.join(self._unix_dir, f'{self.rank}.call.sock')}"
+            if self.local_address
+            else ""
         )
         #: Token expected from and sent to peers; None: no authentication.
         self.token: str | None = options.token

@@ -137,3 +137,28 @@ def test_the_fast_lane_refuses_a_stopped_worker_and_leaves_no_socket() -> None:
         md = (("x-gradwire-token", "the-token"),)
         code, _, _ = invoke(lane, "Call", [_call_frame(lane_bodies.echo, 5)], md, 2.0)
     assert code == grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_fast_lane_that_cannot_bind_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker still starts and serves, and advertises no fast lane."""
+    real = grpc.server
+
+    class Unbindable:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._server = real(*args, **kwargs)
+
+        def add_generic_rpc_handlers(self, handlers: Any) -> None:
+            self._server.add_generic_rpc_handlers(handlers)
+
+        def add_insecure_port(self, address: str) -> int:
+            return 0
+
+    monkeypatch.setattr(fast_lane.grpc, "server", Unbindable)
+    agent = _solo()
+    try:
+        assert agent.local_call_address == ""
+        assert agent.peers[0].call_dial == agent.peers[0].dial
+        assert rpc.rpc_sync("lane", lane_bodies.echo, (7,)) == 7
+        assert rpc.get_debug_info()["calls_served_fast_lane"] == 0
+    finally:
+        rpc.shutdown(graceful=False)
