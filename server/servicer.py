@@ -20,7 +20,15 @@ from gradwire._runtime.agent import AgentState
 from gradwire._runtime.callee import until_done
 from gradwire._runtime.rref_errors import RRefProtocolError
 from gradwire._runtime.transport import IN_FLIGHT_MARK, SERVICE
-from gradwire._wire.framing import Assembler, Frame, Message, decode_frame, encode_frame, split
+from gradwire._wire.framing import (
+    Assembler,
+    Frame,
+    Message,
+    decode_frame,
+    encode_frame,
+    one_frame,
+    split,
+)
 from gradwire.errors import (
     GradwireError,
     MessageTooLargeError,
@@ -283,7 +291,7 @@ class WorkerServicer:
         first, buffers = await self.control("FetchRRef", request, context)
         size = sum(memoryview(b).nbytes for b in buffers)
         if size <= self._agent.options.single_frame_bytes:
-            return next(split(first, buffers, max(1, size)))
+            return one_frame(first, buffers)
         parked = self._agent.callee.park(
             (first, buffers), _caller_id(context, self._agent.world_size), None
         )

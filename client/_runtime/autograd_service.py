@@ -31,7 +31,7 @@ from .._proto import worker_pb2 as pb
 from .._tensor import Tensor
 from .._wire import calls
 from .._wire.exceptions import decode_exception, encode_exception
-from .._wire.framing import Message, split
+from .._wire.framing import Message, one_frame, split
 from .._wire.pickler import EncodeContext
 from ..errors import RpcShutdownError
 from ..futures import Future, blocking_region
@@ -174,7 +174,7 @@ class DistAutogradService(hooks.CallHook):
             first, buffers = calls.encode_body(pb.FrameHeader(gradients=head), list(grads), ectx)
             size = calls.total_bytes(buffers)
             if size <= agent.options.single_frame_bytes:
-                frames = [next(split(first, buffers, max(1, size)))]
+                frames = [one_frame(first, buffers)]
             else:
                 frames = list(split(first, buffers, agent.options.chunk_bytes))
         except BaseException as exc:  # noqa: BLE001 - delivered to the future

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from .._proto import worker_pb2 as pb
 from .._wire import calls, shm
 from .._wire.exceptions import encode_exception
-from .._wire.framing import Frame, Message, split
+from .._wire.framing import Frame, Message, one_frame
 from .._wire.pickler import EncodeContext
 from ..errors import MessageTooLargeError, SerializationError
 from ..futures import Future
@@ -267,7 +267,7 @@ class Callee:
             first, buffers = reply
             size = calls.total_bytes(buffers)
             if size <= self._agent.options.single_frame_bytes:
-                return next(split(first, buffers, max(1, size)))
+                return one_frame(first, buffers)
         parked = self.park(reply, caller_id, call.timeout_seconds or None, call.message_id)
         return Frame(parked, ())
 

@@ -21,7 +21,7 @@ import grpc
 from .._proto import worker_pb2 as pb
 from .._wire import calls, shm
 from .._wire.exceptions import decode_exception
-from .._wire.framing import Assembler, Frame, Message, split
+from .._wire.framing import Assembler, Frame, Message, one_frame, split
 from .._wire.pickler import EncodeContext
 from ..errors import (
     GradwireError,
@@ -143,7 +143,7 @@ class Caller:
             else peer.dial
         )
         if single:
-            frame = next(split(first, buffers, max(1, size)))
+            frame = one_frame(first, buffers)
         if single and not blocking:
             self._start_async(peer, dial, frame, call, fut, what, started, timeout)
             return fut

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from .._proto import worker_pb2 as pb
 from .._wire import calls
 from .._wire.exceptions import decode_exception, encode_exception
-from .._wire.framing import Message, split
+from .._wire.framing import Message, one_frame, split
 from .._wire.pickler import EncodeContext
 from ..errors import (
     MessageTooLargeError,
@@ -116,7 +116,7 @@ class RRefCalls:
                 )
             hooks.send_call(first.call, ctx.objects.get("T", []), peer.id)
             if size <= agent.options.single_frame_bytes:  # one frame: the unary latency path
-                frames = [next(split(first, buffers, max(1, size)))]
+                frames = [one_frame(first, buffers)]
                 single = True
             else:
                 frames = list(split(first, buffers, agent.options.chunk_bytes))

@@ -104,6 +104,13 @@ def decode_frame(data: bytes) -> Frame:
     return Frame(header, (view[_LEN.size + n :],))
 
 
+def one_frame(first: pb.FrameHeader, buffers: Sequence[Any]) -> Frame:
+    """The whole message as one frame (what :func:`split` yields when it all fits)."""
+    first.offset = 0
+    first.last = True
+    return Frame(first, [v for v in map(byte_view, buffers) if v.nbytes])
+
+
 def split(first: pb.FrameHeader, buffers: Sequence[Any], chunk_bytes: int) -> Iterator[Frame]:
     """Cut a message into frames of at most ``chunk_bytes`` raw bytes each.
 

@@ -102,6 +102,10 @@ def _is_user_module(module: str) -> bool:
     return not any(real.startswith(d + os.sep) for d in _SYSTEM_DIRS)
 
 
+def _module_key(module: str) -> str:
+    return "__main__" if module == "__mp_main__" else module
+
+
 def origin_of(obj: Any) -> tuple[str, str] | None:
     """The ``(module, qualname)`` where ``obj`` is really defined, or None if it has none."""
     if isinstance(obj, (staticmethod, classmethod)):
@@ -141,6 +145,11 @@ class CallablePolicy:
     trust_everything: bool = False
     _allow_all: tuple[str, ...] = field(init=False, repr=False, default=())
     _decided: dict[tuple[str, str], bool] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+    #: (module, qualname) -> (module object, its first attribute, the resolved object): a
+    #: name resolved once resolves again without the walk while that attribute is unchanged.
+    _resolved: dict[tuple[str, str], tuple[Any, Any, Any]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
 
@@ -196,6 +205,13 @@ class CallablePolicy:
         """
         from ..errors import SerializationError
 
+        key = (module, qualname)
+        hit = self._resolved.get(key)
+        if hit is not None:
+            mod, root, known = hit
+            first = qualname.partition(".")[0]
+            if sys.modules.get(_module_key(module)) is mod and getattr(mod, first, None) is root:
+                return known
         self.check(module, qualname, worker, what)
         try:
             if module in ("__main__", "__mp_main__"):
@@ -216,4 +232,7 @@ class CallablePolicy:
             origin = origin_of(type(obj)) or (module, qualname)
         if origin != (module, qualname):
             self.check(*origin, worker=worker, what=what)
+        mod = sys.modules.get(_module_key(module))
+        if mod is not None and len(self._resolved) < 4096:  # bounded: names come from the network
+            self._resolved[key] = (mod, getattr(mod, qualname.partition(".")[0], None), obj)
         return obj
