@@ -4,17 +4,25 @@ A thread of the pool that blocks in ``Future.wait`` (or a blocking RPC) gives it
 the duration (``blocking``); the pool then starts another thread if work is queued. So a handler
 waiting on a nested call never holds a serving slot, and chains like A->B->C->A cannot deadlock
 however small ``num_worker_threads`` is, while CPU-bound handlers still run at most N at a time.
-Idle threads block on a condition variable (no polling); extra threads exit after a while.
+
+Work is handed to a thread directly: an idle thread sleeps on its own parking lock, and
+``submit`` takes a slot for the task, gives the task to that thread and releases its lock, after
+leaving the pool's lock. The woken thread runs the task without touching the pool's lock, so a
+hand-off costs one wake-up. (With a shared condition variable, the woken thread first had to
+take the lock the submitting thread still held: a second sleep and wake-up per call, ~30-45 us
+of the fast lane's round trip on the development machine, where every cross-core wake-up is a
+VM exit.) A thread that finishes a task takes the next queued one itself. Idle threads block
+(no polling); threads beyond N exit after a while.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future as ConcurrentFuture
+from types import TracebackType
 from typing import Any
 
 from .. import futures as _futures
@@ -23,6 +31,19 @@ __all__ = ["ServingPool"]
 
 log = logging.getLogger(__name__)
 _IDLE_EXIT_SECONDS = 30.0
+
+_Task = tuple[Callable[..., Any], tuple[Any, ...], ConcurrentFuture[Any]]
+
+
+class _Worker:
+    """One pool thread's parking place: ``park`` is held while the thread waits for a task."""
+
+    __slots__ = ("park", "task")
+
+    def __init__(self) -> None:
+        self.park = threading.Lock()
+        self.park.acquire()
+        self.task: _Task | None = None
 
 
 class ServingPool:
@@ -39,18 +60,13 @@ class ServingPool:
         self._limit = num_threads
         self._name = name
         self._lock = threading.Lock()
-        # Idle workers wait on _work, threads back from a blocking wait on _resume; each freed
-        # slot wakes exactly one thread (no thundering herd), resuming threads first.
-        self._work = threading.Condition(self._lock)
+        #: Threads back from a blocking wait sleep here until a slot is granted to them.
         self._resume = threading.Condition(self._lock)
-        self._queue: collections.deque[tuple[Callable[[], Any], ConcurrentFuture[Any]]] = (
-            collections.deque()
-        )
-        self._running = 0  # threads holding a slot
-        self._idle = 0  # workers waiting for work
-        self._woken = 0  # idle workers notified but not yet running
-        self._starting = 0  # threads started but not yet looking for work
+        self._queue: collections.deque[_Task] = collections.deque()
+        self._idle: list[_Worker] = []  # parked threads, the most recent last (warm caches)
+        self._running = 0  # slots taken (granted resumers included)
         self._resuming = 0  # threads back from a blocking wait, waiting for a slot
+        self._grants = 0  # slots granted to resuming threads that have not woken yet
         self._threads = 0
         self._closed = False
         self._counter = 0
@@ -67,100 +83,121 @@ class ServingPool:
             RuntimeError: the pool is closed.
         """
         fut: ConcurrentFuture[Any] = ConcurrentFuture()
+        task = (fn, args, fut)
         with self._lock:
             if self._closed:
                 raise RuntimeError("serving pool is closed")
-            self._queue.append(((lambda: fn(*args)), fut))
-            self._dispatch()
+            if self._running < self._limit and self._resuming <= self._grants:
+                self._running += 1
+                worker = self._assign(task)
+            else:
+                self._queue.append(task)
+                worker = None
+        if worker is not None:
+            worker.park.release()
         return fut
 
-    def _free_slots(self) -> int:
-        return self._limit - self._running
+    def _assign(self, task: _Task) -> _Worker | None:
+        # With the lock held and a slot taken for ``task``: give it to an idle thread (returned:
+        # the caller wakes it after leaving the lock) or to a new thread.
+        if self._idle:
+            worker = self._idle.pop()
+            worker.task = task
+            return worker
+        self._threads += 1
+        self._counter += 1
+        threading.Thread(
+            target=self._loop, args=(task,), name=f"{self._name}-{self._counter}", daemon=True
+        ).start()
+        return None
 
-    def _dispatch(self) -> None:
-        # With the lock held, whenever work arrived or a slot may have become free.
-        if self._free_slots() <= 0:
-            return
-        if self._resuming:
-            self._resume.notify()
-            return
-        on_the_way = self._woken + self._starting  # workers about to take a task and a slot
-        if len(self._queue) <= on_the_way or self._free_slots() <= on_the_way:
-            return
-        if self._idle - self._woken > 0:
-            self._woken += 1
-            self._work.notify()
-        else:
-            self._starting += 1
-            self._threads += 1
-            self._counter += 1
-            threading.Thread(
-                target=self._loop, name=f"{self._name}-{self._counter}", daemon=True
-            ).start()
-
-    def _take(self) -> tuple[Callable[[], Any], ConcurrentFuture[Any]] | None:
-        # With the lock held: wait for a task and a slot; None when this thread should exit.
-        self._idle += 1
-        try:
-            while not self._closed and not (
-                self._queue and self._free_slots() > 0 and not self._resuming
-            ):
-                extra = self._threads > self._limit
-                notified = self._work.wait(_IDLE_EXIT_SECONDS if extra else None)
-                if notified and self._woken:
-                    self._woken -= 1
-                if not notified and extra:
-                    break
-            if self._closed or not self._queue or self._free_slots() <= 0 or self._resuming:
-                self._threads -= 1
-                return None
+    def _slot_freed(self) -> _Worker | None:
+        # With the lock held, after ``_running`` went down: resuming threads get the slot
+        # first, then queued work. Returns a parked thread to wake after leaving the lock.
+        if self._running >= self._limit:
+            return None
+        if self._resuming > self._grants:
+            self._grants += 1
             self._running += 1
-            return self._queue.popleft()
-        finally:
-            self._idle -= 1
+            self._resume.notify()
+            return None
+        if self._queue:
+            self._running += 1
+            return self._assign(self._queue.popleft())
+        return None
 
-    def _loop(self) -> None:
+    def _loop(self, task: _Task | None) -> None:
         _futures.set_blocking_hook(self.blocking)
-        with self._lock:
-            self._starting -= 1
-        while True:
-            with self._lock:
-                item = self._take()
-            if item is None:
-                return
-            task, fut = item
-            try:
-                if fut.set_running_or_notify_cancel():
-                    try:
-                        fut.set_result(task())
-                    except BaseException as exc:  # noqa: BLE001 - delivered to the future
-                        fut.set_exception(exc)
-            finally:
-                with self._lock:
-                    self._running -= 1
-                    self._dispatch()
+        me = _Worker()
+        while task is not None:
+            fn, args, fut = task
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(*args))
+                except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                    fut.set_exception(exc)
+            del fn, args, fut
+            task = self._next(me)
 
-    @contextlib.contextmanager
-    def blocking(self) -> Iterator[None]:
-        """Give the calling thread's slot back while it blocks; take one again afterwards."""
-        if getattr(self._local, "released", False):  # nested blocking region: already released
-            yield
-            return
-        self._local.released = True
+    def _next(self, me: _Worker) -> _Task | None:
+        # After a task: take the next queued one, or park until one is handed over; None when
+        # this thread should exit.
         with self._lock:
             self._running -= 1
-            self._dispatch()
-        try:
-            yield
-        finally:
-            with self._lock:
+            if self._running < self._limit and self._resuming > self._grants:
+                self._slot_freed()
+            if self._queue and self._running < self._limit and not self._closed:
+                self._running += 1
+                return self._queue.popleft()
+            if self._closed:
+                self._threads -= 1
+                return None
+            me.task = None
+            self._idle.append(me)
+            extra = self._threads > self._limit
+        if me.park.acquire(timeout=_IDLE_EXIT_SECONDS if extra else -1):
+            return me.task  # None: woken by close()
+        with self._lock:
+            if me in self._idle:  # nobody handed it a task meanwhile: an extra thread exits
+                self._idle.remove(me)
+                self._threads -= 1
+                return None
+        me.park.acquire()  # a task was handed over just as the wait timed out
+        return me.task
+
+    def blocking(self) -> _Blocking:
+        """Give the calling thread's slot back while it blocks; take one again afterwards."""
+        return _Blocking(self)
+
+    def _release_slot(self) -> bool:
+        # Entering a blocking region; False when the thread already gave its slot back.
+        local = self._local
+        if getattr(local, "released", False):
+            return False
+        local.released = True
+        with self._lock:
+            self._running -= 1
+            worker = self._slot_freed()
+        if worker is not None:
+            worker.park.release()
+        return True
+
+    def _take_slot(self) -> None:
+        # Leaving a blocking region: wait for a slot granted by a finishing thread (or a free
+        # one), ahead of queued work.
+        with self._lock:
+            if self._running < self._limit and self._resuming <= self._grants:
+                self._running += 1
+            else:
                 self._resuming += 1
-                while self._free_slots() <= 0 and not self._closed:
+                while not self._grants and not self._closed:
                     self._resume.wait()
                 self._resuming -= 1
-                self._running += 1
-                self._local.released = False
-                self._dispatch()
+                if self._grants:
+                    self._grants -= 1  # ``_running`` was counted when the slot was granted
+                else:  # closed: run on, the pool is going away
+                    self._running += 1
+        self._local.released = False
 
     def close(self) -> None:
         """Stop accepting work, cancel what is queued and let idle threads exit."""
@@ -168,7 +205,33 @@ class ServingPool:
             self._closed = True
             queued = list(self._queue)
             self._queue.clear()
-            self._work.notify_all()
+            idle, self._idle = self._idle, []
+            self._threads -= len(idle)
             self._resume.notify_all()
-        for _, fut in queued:
+        for worker in idle:
+            worker.task = None
+            worker.park.release()
+        for _, _, fut in queued:
             fut.cancel()
+
+
+class _Blocking:
+    """The context manager of :meth:`ServingPool.blocking` (a class: it is entered per call)."""
+
+    __slots__ = ("_pool", "_released")
+
+    def __init__(self, pool: ServingPool) -> None:
+        self._pool = pool
+        self._released = False
+
+    def __enter__(self) -> None:
+        self._released = self._pool._release_slot()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._released:
+            self._pool._take_slot()

@@ -99,3 +99,46 @@ def test_many_concurrent_nested_waits_complete() -> None:
     assert [f.result(30) for f in futs] == [30 * i + 3 for i in range(200)]
     assert peak[0] <= 2  # never more runnable leaves than slots
     pool.close()
+
+
+def test_a_thread_back_from_a_wait_runs_before_queued_work() -> None:
+    pool = ServingPool(1)
+    gate: Future[None] = Future()
+    order: list[str] = []
+    started = threading.Event()
+
+    def waiter() -> None:
+        started.set()
+        gate.wait()  # gives the only slot back
+        order.append("waiter resumed")
+
+    def opener() -> None:
+        gate.set_result(None)  # the waiter now wants its slot back...
+        time.sleep(0.05)  # ...while this task still holds it and another is queued
+        order.append("opener")
+
+    first = pool.submit(waiter)
+    assert started.wait(5)
+    second = pool.submit(opener)
+    third = pool.submit(lambda: order.append("queued"))
+    for f in (first, second, third):
+        f.result(5)
+    assert order == ["opener", "waiter resumed", "queued"]
+    pool.close()
+
+
+def test_close_lets_idle_threads_exit() -> None:
+    pool = ServingPool(3, name="close-test")
+    futs = [pool.submit(time.sleep, 0.01) for _ in range(3)]
+    for f in futs:
+        f.result(5)
+    assert pool.num_threads >= 1
+    names = {t.name for t in threading.enumerate() if t.name.startswith("close-test-")}
+    pool.close()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(
+        t.name in names and t.is_alive() for t in threading.enumerate()
+    ):
+        time.sleep(0.01)
+    assert not [t for t in threading.enumerate() if t.name in names and t.is_alive()]
+    assert pool.num_threads == 0
