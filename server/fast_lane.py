@@ -11,9 +11,10 @@ the executor, the handler runs the user's function right there, under the pool's
 
 The fast lane listens on a second Unix socket in the worker's private socket directory
 (``WorkerInfo.local_call_address``), so only peers on the same host reach it; the asyncio server
-still serves every method, Call and Gradients included, for everyone else. The interceptor checks
-the cluster token before a byte of the request is decoded (gRPC deserializes requests on the
-executor thread, after the interceptor). A call that arrives before this worker finished its
+still serves every method, Call and Gradients included, for everyone else. The methods are
+registered with gRPC (no Python lookup per call) and take their request as raw bytes: the
+handler checks the cluster token first and only then decodes (no interceptor, so nothing of
+gradwire runs on gRPC's polling thread). A call that arrives before this worker finished its
 rendezvous waits for it on its pool thread (at most ``init_timeout``) and only then is checked
 and decoded. A reply too large for one frame, or one that comes later (``@async_execution``,
 RRef arguments not confirmed yet), is parked: the caller fetches it with FetchReply from the
@@ -35,7 +36,7 @@ from gradwire._runtime.transport import (
     SERVICE,
     channel_options,
 )
-from gradwire._wire.framing import Assembler, Frame, decode_frame, encode_frame
+from gradwire._wire.framing import Frame, assemble_one, decode_frame, encode_frame
 from gradwire.errors import (
     GradwireError,
     SerializationError,
@@ -82,11 +83,10 @@ class _Lane:
             _abort(context, WorkerUnavailableError(f"worker {agent.name!r} is not running"))
         return frame, caller_from_metadata(context.invocation_metadata(), agent.world_size)
 
-    def _assemble(self, frame: Frame, caller: int, method: str) -> Any:
-        asm = Assembler(self._agent.options.max_message_bytes, self._agent.peer_name(caller))
-        if not asm.feed(frame):
-            raise SerializationError(f"single-frame {method} without its last frame")
-        return asm.message
+    def _assemble(self, frame: Frame, caller: int) -> Any:
+        return assemble_one(
+            frame, self._agent.options.max_message_bytes, self._agent.peer_name(caller)
+        )
 
     def call(self, request: Any, context: grpc.ServicerContext) -> Frame:
         frame, caller = self._frame(request, context)
@@ -104,7 +104,7 @@ class _Lane:
         reply: Any = None
         try:
             try:
-                msg = self._assemble(frame, caller, "call")
+                msg = self._assemble(frame, caller)
                 if not msg.header.HasField("call"):
                     raise SerializationError("the first frame of a call carries no CallHeader")
                 reply = callee.serve_blocking(msg, caller)
@@ -120,7 +120,7 @@ class _Lane:
     def gradients(self, request: Any, context: grpc.ServicerContext) -> pb.GradientsAck:
         frame, caller = self._frame(request, context)
         try:
-            message = self._assemble(frame, caller, "Gradients")
+            message = self._assemble(frame, caller)
         except GradwireError as exc:
             _abort(context, exc)
         return self._control("PropagateGradients", message, caller, context)
@@ -157,69 +157,46 @@ def _failed(reply: Any) -> bool:
     return bool(reply[0].reply.HasField("error"))
 
 
-def _refusing(code: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:
-    def reject(_request: bytes, context: grpc.ServicerContext) -> None:
-        context.abort(code, details)
+def _guarded(
+    agent: Any, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any], decode: Any
+) -> Callable[[bytes, grpc.ServicerContext], Any]:
+    """``behavior`` behind the token check: the request arrives as raw bytes and is decoded only
+    once the token matched (after waiting for the rendezvous when the call came before it
+    ended, since the token may not be known until then)."""
+    path = f"/{SERVICE}/{method}"
 
-    return grpc.unary_unary_rpc_method_handler(reject)  # raw bytes: nothing is decoded
-
-
-def _after_rendezvous(agent: Any, method: str, handler: grpc.RpcMethodHandler) -> Any:
-    """``handler`` behind a wait for the rendezvous, the token check and then the decoding."""
-    behavior: Callable[[Any, grpc.ServicerContext], Any] = handler.unary_unary
-    decode: Callable[[bytes], Any] = handler.request_deserializer
-
-    def wait_then_serve(raw: bytes, context: grpc.ServicerContext) -> Any:
-        with blocking_region():
-            ready = agent.wait_ready_blocking(agent.options.init_timeout)
-        if not ready:
-            context.abort(grpc.StatusCode.UNAVAILABLE, not_ready_message(agent))
-        refusal = token_refusal(agent, method, context.invocation_metadata())
+    def serve(raw: bytes, context: grpc.ServicerContext) -> Any:
+        if not agent.is_ready():
+            with blocking_region():
+                ready = agent.wait_ready_blocking(agent.options.init_timeout)
+            if not ready:
+                context.abort(grpc.StatusCode.UNAVAILABLE, not_ready_message(agent))
+        refusal = token_refusal(agent, path, context.invocation_metadata())
         if refusal is not None:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
         return behavior(decode(raw), context)
 
-    return grpc.unary_unary_rpc_method_handler(
-        wait_then_serve, response_serializer=handler.response_serializer
-    )
+    return serve
 
 
-class _Auth(grpc.ServerInterceptor):
-    """The token check of every fast-lane call (runs on gRPC's polling thread: never waits)."""
-
-    def __init__(self, agent: Any) -> None:
-        self._agent = agent
-
-    def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
-        details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
-        agent = self._agent
-        handler = continuation(details)
-        if handler is None:
-            return None
-        if not agent.is_ready():  # the token may not be known yet: check it after the wait
-            return _after_rendezvous(agent, details.method, handler)
-        refusal = token_refusal(agent, details.method, details.invocation_metadata)
-        if refusal is not None:
-            return _refusing(grpc.StatusCode.UNAUTHENTICATED, refusal)
-        return handler
-
-
-def _handlers(lane: _Lane) -> grpc.GenericRpcHandler:
+def _handlers(agent: Any, lane: _Lane) -> dict[str, grpc.RpcMethodHandler]:
     def ser(m: Any) -> bytes:
         return m.SerializeToString()
 
-    handlers = {
-        "Call": grpc.unary_unary_rpc_method_handler(lane.call, _decode, encode_frame),
-        "Gradients": grpc.unary_unary_rpc_method_handler(lane.gradients, _decode, ser),
+    methods: dict[str, tuple[Any, Any, Any]] = {
+        "Call": (lane.call, _decode, encode_frame),
+        "Gradients": (lane.gradients, _decode, ser),
     }
     for method in FAST_LANE_CONTROL:
         cls = _CONTROL_REQUESTS[method]
-        de = lenient(cls.FromString, cls.DESCRIPTOR.name)
-        handlers[method] = grpc.unary_unary_rpc_method_handler(lane.control(method), de, ser)
-    return grpc.method_handlers_generic_handler(SERVICE, handlers)
+        methods[method] = (lane.control(method), lenient(cls.FromString, cls.DESCRIPTOR.name), ser)
+    # No request deserializer: gRPC would run it before the handler, so before the token check.
+    return {
+        method: grpc.unary_unary_rpc_method_handler(
+            _guarded(agent, method, behavior, decode), response_serializer=serialize
+        )
+        for method, (behavior, decode, serialize) in methods.items()
+    }
 
 
 def start_fast_lane(agent: Any) -> grpc.Server | None:
@@ -232,14 +209,14 @@ def start_fast_lane(agent: Any) -> grpc.Server | None:
         return None
     server = grpc.server(
         agent.pool,  # the serving pool is the executor: see the module docstring
-        interceptors=[_Auth(agent)],
         options=[
             *channel_options(agent.options),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
             ("grpc.http2.max_ping_strikes", 0),
         ],
     )
-    server.add_generic_rpc_handlers((_handlers(_Lane(agent)),))
+    # Registered methods: gRPC core matches the path, no Python lookup per call.
+    server.add_registered_method_handlers(SERVICE, _handlers(agent, _Lane(agent)))
     try:
         bound = server.add_insecure_port(address)
     except RuntimeError:

@@ -21,7 +21,7 @@ import grpc
 from .._proto import worker_pb2 as pb
 from .._wire import calls, shm
 from .._wire.exceptions import decode_exception
-from .._wire.framing import Assembler, Frame, Message, one_frame, split
+from .._wire.framing import Assembler, Frame, Message, assemble_one, one_frame, split
 from .._wire.pickler import EncodeContext
 from ..errors import (
     GradwireError,
@@ -151,13 +151,13 @@ class Caller:
         def run() -> None:
             try:
                 with blocking_region():
-                    reply: Iterable[Frame]
                     if single:
-                        reply = [agent.transport.call(dial, frame, timeout)]
+                        msg = self._assemble_one(peer, agent.transport.call(dial, frame, timeout))
                     else:
                         frames = split(first, buffers, agent.options.chunk_bytes)
-                        reply = agent.transport.stream(peer.dial, frames, timeout)
-                    msg = self._assemble(peer, reply)
+                        msg = self._assemble(
+                            peer, agent.transport.stream(peer.dial, frames, timeout)
+                        )
                 self._finish(peer, call, msg, fut, what, started, timeout)
             except grpc.RpcError as exc:
                 self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
@@ -192,7 +192,7 @@ class Caller:
             decoded: tuple[bool, Any] | None = None
             if gfut.exception() is None:
                 try:
-                    msg = self._assemble(peer, [gfut.result()])
+                    msg = self._assemble_one(peer, gfut.result())
                     if not msg.header.reply.continuation:
                         decoded = self._decode_reply(peer, call, msg)
                 except BaseException as exc:  # noqa: BLE001 - delivered to the future
@@ -206,7 +206,7 @@ class Caller:
                     if decoded is not None:
                         self._deliver(fut, *decoded)
                         return
-                    msg = self._assemble(peer, [gfut.result()])
+                    msg = self._assemble_one(peer, gfut.result())
                     self._finish(peer, call, msg, fut, what, started, timeout)
                 except grpc.RpcError as exc:
                     self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
@@ -225,6 +225,9 @@ class Caller:
         except GradwireError as exc:
             self._fail(fut, exc)
             self._forget(call.message_id)
+
+    def _assemble_one(self, peer: Peer, frame: Frame) -> Message:
+        return assemble_one(frame, self._agent.options.max_message_bytes, peer.name)
 
     def _assemble(self, peer: Peer, frames: Iterable[Frame]) -> Message:
         asm = Assembler(self._agent.options.max_message_bytes, peer.name)

@@ -30,6 +30,7 @@ __all__ = [
     "encode_frame",
     "decode_frame",
     "split",
+    "assemble_one",
     "ALLOWED_DTYPES",
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_SINGLE_FRAME_BYTES",
@@ -146,6 +147,37 @@ def split(first: pb.FrameHeader, buffers: Sequence[Any], chunk_bytes: int) -> It
         if offset >= total:
             return
         header = pb.FrameHeader()
+
+
+def assemble_one(frame: Frame, max_bytes: int, peer: str = "") -> Message:
+    """The message carried by one frame (a unary call or reply).
+
+    A frame with no tensors, the common small call, is taken as it is: its raw bytes are the
+    pickle, with no Assembler and no copy. Anything else goes through :class:`Assembler`.
+
+    Raises:
+        MessageTooLargeError: the payload exceeds ``max_bytes``.
+        SerializationError: the frame is not a whole message, or its sizes disagree.
+    """
+    h = frame.header
+    payload = h.payload
+    if h.last and not h.offset and not payload.tensors and len(frame.raw) <= 1:
+        data = byte_view(frame.raw[0]) if frame.raw else memoryview(b"")
+        if data.nbytes != payload.pickle_nbytes:
+            raise SerializationError(
+                f"frame carries {data.nbytes} bytes, its payload announced {payload.pickle_nbytes}"
+            )
+        if data.nbytes > max_bytes:
+            sender = f" from {peer!r}" if peer else ""
+            raise MessageTooLargeError(
+                f"message of {data.nbytes} bytes{sender} exceeds max_message_bytes={max_bytes}"
+            )
+        return Message(h, data)
+    asm = Assembler(max_bytes, peer)
+    if not asm.feed(frame):
+        raise SerializationError("a single-frame message without its last frame")
+    assert asm.message is not None
+    return asm.message
 
 
 class Assembler:

@@ -94,18 +94,18 @@ def test_no_decoder_is_reached_on_the_fast_lane_without_the_token(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     counts = {"frame": 0, "assembler": 0}
-    real_decode, real_feed = fast_lane._decode, framing.Assembler.feed
+    real_decode, real_assemble = fast_lane._decode, fast_lane.assemble_one
 
     def decode(data: bytes) -> Any:
         counts["frame"] += 1
         return real_decode(data)
 
-    def feed(self: Any, frame: Any) -> bool:
+    def assemble(*args: Any) -> Any:
         counts["assembler"] += 1
-        return real_feed(self, frame)
+        return real_assemble(*args)
 
     monkeypatch.setattr(fast_lane, "_decode", decode)
-    monkeypatch.setattr(framing.Assembler, "feed", feed)
+    monkeypatch.setattr(fast_lane, "assemble_one", assemble)
     agent = _solo()  # the lane's handlers are built now, with the counting decoder
     try:
         rng = random.Random(5)
@@ -147,8 +147,8 @@ def test_a_fast_lane_that_cannot_bind_is_left_out(monkeypatch: pytest.MonkeyPatc
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self._server = real(*args, **kwargs)
 
-        def add_generic_rpc_handlers(self, handlers: Any) -> None:
-            self._server.add_generic_rpc_handlers(handlers)
+        def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
+            self._server.add_registered_method_handlers(service, handlers)
 
         def add_insecure_port(self, address: str) -> int:
             return 0

@@ -7,7 +7,15 @@ import struct
 import numpy as np
 import pytest
 from gradwire._proto import worker_pb2 as pb
-from gradwire._wire.framing import Assembler, Frame, decode_frame, encode_frame, split
+from gradwire._wire.framing import (
+    Assembler,
+    Frame,
+    assemble_one,
+    decode_frame,
+    encode_frame,
+    one_frame,
+    split,
+)
 from gradwire.errors import MessageTooLargeError, SerializationError
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -105,3 +113,39 @@ def test_truncated_frames() -> None:
         decode_frame(b"\x01")
     with pytest.raises(SerializationError, match="truncated"):
         decode_frame(struct.pack("<I", 50) + b"xx")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pickle_len=st.integers(0, 300),
+    shapes=st.lists(st.lists(st.integers(0, 5), max_size=2), max_size=2),
+)
+def test_assemble_one_gives_the_message_of_a_whole_frame(
+    pickle_len: int, shapes: list[list[int]]
+) -> None:
+    arrays = [np.arange(np.prod(s), dtype=np.float64).reshape(s) for s in shapes]
+    body = bytes(range(256)) * 2
+    first, buffers = _message(body[:pickle_len], arrays)
+    msg = assemble_one(decode_frame(encode_frame(one_frame(first, buffers))), 1 << 20)
+    assert bytes(msg.pickle) == body[:pickle_len]
+    assert len(msg.arrays) == len(arrays)
+    for got, want in zip(msg.arrays, arrays):
+        assert got.flags.writeable
+        np.testing.assert_array_equal(got, want)
+
+
+def test_assemble_one_checks_sizes_and_wholeness() -> None:
+    first, buffers = _message(b"0123456789", [])
+    frame = decode_frame(encode_frame(one_frame(first, buffers)))
+    with pytest.raises(MessageTooLargeError, match="max_message_bytes=4"):
+        assemble_one(frame, 4, "peer")
+    lying = pb.FrameHeader()
+    lying.CopyFrom(frame.header)
+    lying.payload.pickle_nbytes = 11
+    with pytest.raises(SerializationError, match="announced 11"):
+        assemble_one(Frame(lying, frame.raw), 1 << 20)
+    part = pb.FrameHeader()
+    part.CopyFrom(frame.header)
+    part.last = False
+    with pytest.raises(SerializationError, match="without its last frame"):
+        assemble_one(Frame(part, frame.raw), 1 << 20)
