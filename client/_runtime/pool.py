@@ -106,8 +106,10 @@ class ServingPool:
             return worker
         self._threads += 1
         self._counter += 1
+        worker = _Worker()
+        worker.task = task  # not a Thread argument: Thread keeps its arguments until it exits
         threading.Thread(
-            target=self._loop, args=(task,), name=f"{self._name}-{self._counter}", daemon=True
+            target=self._loop, args=(worker,), name=f"{self._name}-{self._counter}", daemon=True
         ).start()
         return None
 
@@ -126,9 +128,9 @@ class ServingPool:
             return self._assign(self._queue.popleft())
         return None
 
-    def _loop(self, task: _Task | None) -> None:
+    def _loop(self, me: _Worker) -> None:
         _futures.set_blocking_hook(self.blocking)
-        me = _Worker()
+        task, me.task = me.task, None
         while task is not None:
             fn, args, fut = task
             if fut.set_running_or_notify_cancel():
@@ -136,7 +138,10 @@ class ServingPool:
                     fut.set_result(fn(*args))
                 except BaseException as exc:  # noqa: BLE001 - delivered to the future
                     fut.set_exception(exc)
+            # Drop every reference to the finished task before parking: a parked thread must not
+            # keep its last task's arguments alive (an RRef among them would never be released).
             del fn, args, fut
+            task = None
             task = self._next(me)
 
     def _next(self, me: _Worker) -> _Task | None:
@@ -155,15 +160,15 @@ class ServingPool:
             me.task = None
             self._idle.append(me)
             extra = self._threads > self._limit
-        if me.park.acquire(timeout=_IDLE_EXIT_SECONDS if extra else -1):
-            return me.task  # None: woken by close()
-        with self._lock:
-            if me in self._idle:  # nobody handed it a task meanwhile: an extra thread exits
-                self._idle.remove(me)
-                self._threads -= 1
-                return None
-        me.park.acquire()  # a task was handed over just as the wait timed out
-        return me.task
+        if not me.park.acquire(timeout=_IDLE_EXIT_SECONDS if extra else -1):
+            with self._lock:
+                if me in self._idle:  # nobody handed it a task meanwhile: an extra thread exits
+                    self._idle.remove(me)
+                    self._threads -= 1
+                    return None
+            me.park.acquire()  # a task was handed over just as the wait timed out
+        task, me.task = me.task, None  # None: woken by close()
+        return task
 
     def blocking(self) -> _Blocking:
         """Give the calling thread's slot back while it blocks; take one again afterwards."""

@@ -86,11 +86,16 @@ def encode_body(
     except BaseException:
         shm.cancel(meta for meta, _ in ctx.tensors)  # segments already filled go back at once
         raise
-    first.payload.pickle_nbytes = len(data)
-    first.payload.tensors.extend(meta for meta, _ in ctx.tensors)
-    first.payload.rrefs.extend(ctx.rrefs)
-    buffers: list[Any] = [data]
-    buffers.extend(buf for _, buf in ctx.tensors)
+    payload = first.payload
+    payload.pickle_nbytes = len(data)
+    if ctx.tensors:
+        payload.tensors.extend(meta for meta, _ in ctx.tensors)
+        buffers: list[Any] = [data]
+        buffers.extend(buf for _, buf in ctx.tensors)
+    else:
+        buffers = [data]
+    if ctx.rrefs:
+        payload.rrefs.extend(ctx.rrefs)
     return first, buffers
 
 

@@ -210,12 +210,34 @@ class _Unpickler(pickle.Unpickler):
         return obj
 
 
+#: Types pickled by opcodes alone (no global, no reduce): a body made only of them needs no
+#: side table. Exact types: a subclass may reduce to anything.
+_PLAIN_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+
+
+def _plain(obj: Any, depth: int) -> bool:
+    """True when ``obj`` is a plain scalar, or a small tuple/list/dict of plain values nested at
+    most ``depth`` deep (a call body ``(None, args, kwargs)`` of plain arguments is)."""
+    cls = type(obj)
+    if cls in _PLAIN_SCALARS:
+        return True
+    if cls not in (tuple, list, dict) or depth <= 0 or len(obj) > 8:
+        return False
+    if cls is dict:
+        return all(type(k) is str and _plain(v, depth - 1) for k, v in obj.items())
+    return all(_plain(v, depth - 1) for v in obj)
+
+
 def dumps(obj: Any, ctx: EncodeContext) -> bytes:
     """Pickle ``obj``, moving side-table objects into ``ctx``.
 
     Raises:
         SerializationError: ``obj`` cannot be pickled (the message says what and why).
     """
+    if _plain(obj, 2):
+        # Nothing for a side table and no global in the pickle: the C pickler alone gives the
+        # same bytes as _Pickler (whose persistent_id is a Python call per object).
+        return pickle.dumps(obj, PROTOCOL)
     _register_tensor_types()
     buf = io.BytesIO()
     try:

@@ -142,3 +142,23 @@ def test_close_lets_idle_threads_exit() -> None:
         time.sleep(0.01)
     assert not [t for t in threading.enumerate() if t.name in names and t.is_alive()]
     assert pool.num_threads == 0
+
+
+def test_parked_threads_keep_no_reference_to_finished_tasks() -> None:
+    import gc
+    import weakref
+
+    class Arg:
+        pass
+
+    pool = ServingPool(2, name="ref-test")
+    refs = []
+    for _ in range(6):  # first tasks of new threads and tasks handed to parked ones
+        arg = Arg()
+        refs.append(weakref.ref(arg))
+        pool.submit(lambda a: None, arg).result(5)
+        del arg
+    time.sleep(0.05)  # let the threads park
+    gc.collect()
+    assert [r() for r in refs] == [None] * 6
+    pool.close()

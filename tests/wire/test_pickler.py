@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import subprocess
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from gradwire._proto import worker_pb2 as pb
 from gradwire._tensor import Tensor
-from gradwire._wire import calls
+from gradwire._wire import calls, pickler
 from gradwire._wire.exceptions import decode_exception, encode_exception
 from gradwire._wire.framing import Assembler, decode_frame, encode_frame, split
 from gradwire._wire.pickler import DecodeContext, EncodeContext, dumps, loads
@@ -160,3 +161,34 @@ def test_exception_of_a_refused_type_is_a_plain_remote_error() -> None:
     err = decode_exception(encoded, CallablePolicy(allow_user_modules=False))
     assert type(err) is RemoteError and err.remote_type.endswith(":AppError")
     assert "code 1" in str(err)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        None,
+        (None, (), {}),
+        (None, (1, 2.5, "x", b"y", True), {"k": None}),
+        (None, ([1, 2], {"a": (3, 4)}), {}),
+        [None] * 8,
+    ],
+)
+def test_plain_bodies_pickle_to_the_same_bytes_without_the_side_table_pickler(body: Any) -> None:
+    plain = pickler.dumps(body, pickler.EncodeContext())
+    assert plain == pickle.dumps(body, pickler.PROTOCOL)
+    buf = io.BytesIO()
+    pickler._Pickler(buf, pickler.EncodeContext()).dump(body)
+    assert plain == buf.getvalue()
+
+
+def test_a_tensor_inside_a_body_still_goes_to_the_side_table() -> None:
+    ctx = pickler.EncodeContext()
+    arr = np.arange(4.0)
+    data = pickler.dumps((None, (1, arr), {}), ctx)
+    assert len(ctx.tensors) == 1 and pickle.dumps(arr, pickler.PROTOCOL) not in data
+    # Past the plain check's depth or width the side-table pickler still runs.
+    deep = pickler.EncodeContext()
+    pickler.dumps((None, ([[arr]],), {}), deep)
+    wide = pickler.EncodeContext()
+    pickler.dumps((None, tuple(range(9)) + (arr,), {}), wide)
+    assert len(deep.tensors) == 1 and len(wide.tensors) == 1
