@@ -87,7 +87,7 @@ class ServingPool:
         with self._lock:
             if self._closed:
                 raise RuntimeError("serving pool is closed")
-            if self._running < self._limit and self._resuming <= self._grants:
+            if self._slot_for_new_work():
                 self._running += 1
                 worker = self._assign(task)
             else:
@@ -96,6 +96,20 @@ class ServingPool:
         if worker is not None:
             worker.park.release()
         return fut
+
+    def _slot_for_new_work(self) -> bool:
+        # With the lock held: a slot is free and no thread back from a wait is owed one.
+        return self._running < self._limit and self._resuming <= self._grants
+
+    def _grant_to_resumer(self) -> bool:
+        # With the lock held, a slot free: hand it to a thread back from a blocking wait, if
+        # one is still waiting without a grant.
+        if self._resuming <= self._grants:
+            return False
+        self._grants += 1
+        self._running += 1
+        self._resume.notify()
+        return True
 
     def _assign(self, task: _Task) -> _Worker | None:
         # With the lock held and a slot taken for ``task``: give it to an idle thread (returned:
@@ -116,12 +130,7 @@ class ServingPool:
     def _slot_freed(self) -> _Worker | None:
         # With the lock held, after ``_running`` went down: resuming threads get the slot
         # first, then queued work. Returns a parked thread to wake after leaving the lock.
-        if self._running >= self._limit:
-            return None
-        if self._resuming > self._grants:
-            self._grants += 1
-            self._running += 1
-            self._resume.notify()
+        if self._running >= self._limit or self._grant_to_resumer():
             return None
         if self._queue:
             self._running += 1
@@ -149,8 +158,8 @@ class ServingPool:
         # this thread should exit.
         with self._lock:
             self._running -= 1
-            if self._running < self._limit and self._resuming > self._grants:
-                self._slot_freed()
+            if self._running < self._limit:
+                self._grant_to_resumer()
             if self._queue and self._running < self._limit and not self._closed:
                 self._running += 1
                 return self._queue.popleft()
@@ -191,7 +200,7 @@ class ServingPool:
         # Leaving a blocking region: wait for a slot granted by a finishing thread (or a free
         # one), ahead of queued work.
         with self._lock:
-            if self._running < self._limit and self._resuming <= self._grants:
+            if self._slot_for_new_work():
                 self._running += 1
             else:
                 self._resuming += 1

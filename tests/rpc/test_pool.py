@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 
 import pytest
 from gradwire._runtime.pool import ServingPool
@@ -145,9 +147,6 @@ def test_close_lets_idle_threads_exit() -> None:
 
 
 def test_parked_threads_keep_no_reference_to_finished_tasks() -> None:
-    import gc
-    import weakref
-
     class Arg:
         pass
 
