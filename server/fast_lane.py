@@ -103,6 +103,9 @@ class _Lane:
         call = frame.header.call
         reply: Any = None
         try:
+            reply = callee.serve_plain(frame, caller)
+            if reply is not None:
+                return reply
             try:
                 msg = self._assemble(frame, caller)
                 if not msg.header.HasField("call"):
@@ -154,7 +157,9 @@ class _Lane:
 
 
 def _failed(reply: Any) -> bool:
-    return bool(reply[0].reply.HasField("error"))
+    """Whether a reply (a Frame, or a header and its buffers) carries an error."""
+    header = reply.header if isinstance(reply, Frame) else reply[0]
+    return bool(header.reply.HasField("error"))
 
 
 def _guarded(

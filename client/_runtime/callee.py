@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from .._proto import worker_pb2 as pb
-from .._wire import calls, shm
+from .._wire import calls, pickler, shm
 from .._wire.exceptions import encode_exception
 from .._wire.framing import Frame, Message, one_frame
 from .._wire.pickler import EncodeContext
@@ -52,6 +52,16 @@ async def until_done(fut: Future[Any]) -> None:
 
     fut.add_done_callback(lambda _: loop.call_soon_threadsafe(wake_in_loop))
     await done
+
+
+def _is_call_body(body: Any) -> bool:
+    """Whether a decoded call body has the shape ``(self, args tuple, kwargs dict)``."""
+    return (
+        isinstance(body, tuple)
+        and len(body) == 3
+        and isinstance(body[1], tuple)
+        and isinstance(body[2], dict)
+    )
 
 
 class _Later:
@@ -147,8 +157,7 @@ class Callee:
                     f"worker {agent.name!r} got call kind {pb.CallKind.Name(call.kind)} on the "
                     "Python call path"
                 )
-            module, qualname = calls.split_callable(call.function)
-            fn = agent.policy.resolve(module, qualname, agent.name)
+            fn = self._function(call)
             (bound_self, args, kwargs), dctx = self._decode(msg, caller_id)
             hooks.recv_call(call, dctx.objects.get("T", []), caller_id)
             is_async = getattr(fn, ASYNC_EXECUTION_ATTR, False)
@@ -181,6 +190,60 @@ class Callee:
         except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
             return self.encode_error(call, exc)
 
+    def serve_plain(self, frame: Frame, caller_id: int) -> Frame | None:
+        """The reply frame of a *plain* call in ``frame``, or None when it is not one (the
+        general path, ``serve_blocking``, then serves it and reports what is wrong with it).
+
+        A plain call is the common small one: a whole message in one frame, no tensor and no
+        RRef in its payload, a pickle of plain data only (``pickler.loads_plain``) and a
+        function not marked ``@async_execution``. It is served exactly as the general path
+        would (same policy check, hooks, errors and limits) but without an assembled
+        message, side-table contexts or the pickler's Python hooks; a plain result is pickled
+        by the C pickler into a one-frame reply.
+        """
+        header = frame.header
+        call = header.call
+        payload = header.payload
+        if (
+            len(frame.raw) != 1
+            or not header.HasField("call")
+            or not header.last
+            or header.offset
+            or payload.tensors
+            or payload.rrefs
+            or call.kind != pb.CALL_KIND_PYTHON
+            or memoryview(frame.raw[0]).nbytes != payload.pickle_nbytes
+        ):
+            return None
+        try:
+            fn = self._function(call)
+        except Exception:  # noqa: BLE001 - the general path raises it again and replies with it
+            return None
+        if getattr(fn, ASYNC_EXECUTION_ATTR, False):
+            return None
+        ok, body = pickler.loads_plain(frame.raw[0])
+        if not ok or not _is_call_body(body):
+            return None
+        bound_self, args, kwargs = body
+        limit = min(self._agent.options.single_frame_bytes, self._agent.options.max_message_bytes)
+        try:
+            hooks.recv_call(call, (), caller_id)
+            value = self._invoke(call, fn, bound_self, args, kwargs, caller_id)
+            data = pickler.dumps_plain(value)
+            if data is None or len(data) > limit:  # tensors, objects, or too big for one frame
+                return self.reply_frame(self.encode_value(call, value, caller_id), call, caller_id)
+            reply = pb.FrameHeader(reply=pb.ReplyHeader(message_id=call.message_id), last=True)
+            reply.payload.pickle_nbytes = len(data)
+            hooks.send_reply(call, reply.reply, (), caller_id)
+        except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
+            return self.reply_frame(self.encode_error(call, exc), call, caller_id)
+        return Frame(reply, (data,))
+
+    def _function(self, call: pb.CallHeader) -> Any:
+        """The function ``call`` names, resolved through the policy."""
+        module, qualname = calls.split_callable(call.function)
+        return self._agent.policy.resolve(module, qualname, self._agent.name)
+
     def _invoke(
         self,
         call: pb.CallHeader,
@@ -208,12 +271,7 @@ class Callee:
         body, dctx = calls.decode_body(
             msg, {"policy": agent.policy, "peer": agent.peer_name(caller_id), "worker": agent.name}
         )
-        if not (
-            isinstance(body, tuple)
-            and len(body) == 3
-            and isinstance(body[1], tuple)
-            and isinstance(body[2], dict)
-        ):
+        if not _is_call_body(body):
             raise SerializationError("malformed call body: expected (self, args, kwargs)")
         return body, dctx
 

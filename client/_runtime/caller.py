@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from .._proto import worker_pb2 as pb
-from .._wire import calls, shm
+from .._wire import calls, pickler, shm
 from .._wire.exceptions import decode_exception
 from .._wire.framing import Assembler, Frame, Message, assemble_one, one_frame, split
 from .._wire.pickler import EncodeContext
@@ -104,24 +104,11 @@ class Caller:
             function=name,
             timeout_seconds=timeout or 0.0,
         )
-        ctx = EncodeContext(peer=peer.name, device_map=agent.options.device_maps.get(peer.name))
-        try:
-            first, buffers = calls.encode_body(
-                pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
-            )
-            size = calls.total_bytes(buffers)
-            if calls.payload_bytes(first, size) > agent.options.max_message_bytes:
-                raise MessageTooLargeError(
-                    f"call of {name} to worker {peer.name!r} carries "
-                    f"{calls.payload_bytes(first, size)} bytes, over "
-                    f"max_message_bytes={agent.options.max_message_bytes}"
-                )
-        except BaseException:
-            # Nothing left: give back the RRef forks made while encoding the arguments.
-            agent.rref.abandon_payload(ctx)
-            shm.cancel(meta for meta, _ in ctx.tensors)  # and the shared-memory segments
-            raise
-        hooks.send_call(first.call, ctx.objects.get("T", []), peer.id)
+        first, buffers, ctx = self._encode(
+            peer, name, header, (bound_self, tuple(args), dict(kwargs))
+        )
+        hooks.send_call(first.call, ctx.objects.get("T", []) if ctx else (), peer.id)
+        size = calls.total_bytes(buffers)
         what = f"rpc to {name}"
         fut: Future[Any] = Future()
         call = first.call
@@ -139,7 +126,7 @@ class Caller:
         # the reply when it is there without holding a thread on either side.
         dial = (
             peer.call_dial
-            if not (getattr(fn, ASYNC_EXECUTION_ATTR, False) or ctx.objects.get("R"))
+            if not (getattr(fn, ASYNC_EXECUTION_ATTR, False) or (ctx and ctx.objects.get("R")))
             else peer.dial
         )
         if single:
@@ -171,6 +158,34 @@ class Caller:
         else:
             agent.pool.submit(run)
         return fut
+
+    def _encode(
+        self, peer: Peer, name: str, header: pb.CallHeader, body: Any
+    ) -> tuple[pb.FrameHeader, list[Any], EncodeContext | None]:
+        """A call's first header, its buffers and the EncodeContext that collected its side
+        tables (None for plain arguments: pickled by the C pickler, nothing to collect)."""
+        agent = self._agent
+        limit = agent.options.max_message_bytes
+        plain = pickler.dumps_plain(body)
+        if plain is not None and len(plain) <= limit:
+            first = pb.FrameHeader(call=header)
+            first.payload.pickle_nbytes = len(plain)
+            return first, [plain], None
+        ctx = EncodeContext(peer=peer.name, device_map=agent.options.device_maps.get(peer.name))
+        try:
+            first, buffers = calls.encode_body(pb.FrameHeader(call=header), body, ctx)
+            size = calls.payload_bytes(first, calls.total_bytes(buffers))
+            if size > limit:
+                raise MessageTooLargeError(
+                    f"call of {name} to worker {peer.name!r} carries {size} bytes, over "
+                    f"max_message_bytes={limit}"
+                )
+        except BaseException:
+            # Nothing left: give back the RRef forks made while encoding the arguments.
+            agent.rref.abandon_payload(ctx)
+            shm.cancel(meta for meta, _ in ctx.tensors)  # and the shared-memory segments
+            raise
+        return first, buffers, ctx
 
     def _start_async(
         self,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ __all__ = [
     "register_side_table",
     "dumps",
     "loads",
+    "dumps_plain",
+    "loads_plain",
     "PROTOCOL",
 ]
 
@@ -228,16 +231,45 @@ def _plain(obj: Any, depth: int) -> bool:
     return all(_plain(v, depth - 1) for v in obj)
 
 
+#: The opcodes through which a pickle reaches anything but plain data: a global (GLOBAL "c",
+#: INST "i", STACK_GLOBAL, EXT1/2/4, which go through ``find_class``) or the side table (PERSID
+#: "P", BINPERSID "Q"). Every other opcode builds None, bools, numbers, strings, bytes and
+#: containers of them; REDUCE, BUILD, OBJ and NEWOBJ need a callable on the stack, which only
+#: these opcodes can put there.
+_REACHES_OUT = re.compile(b"[ciPQ\x82\x83\x84\x93]")
+
+
+def dumps_plain(obj: Any) -> bytes | None:
+    """``obj`` pickled when it is plain (see ``_plain``), else None.
+
+    Nothing for a side table and no global in the pickle: the C pickler alone gives the same
+    bytes as ``_Pickler`` (whose ``persistent_id`` is a Python call per object), and no
+    :class:`EncodeContext` is needed.
+    """
+    return pickle.dumps(obj, PROTOCOL) if _plain(obj, 2) else None
+
+
+def loads_plain(data: Any) -> tuple[bool, Any]:
+    """``(True, obj)`` when ``data`` is a well-formed pickle of plain data only (none of the
+    opcodes of ``_REACHES_OUT``), else ``(False, None)``: then :func:`loads` must decode it
+    (and report what is wrong with it). Needs no :class:`DecodeContext`."""
+    if _REACHES_OUT.search(data) is not None:
+        return False, None
+    try:
+        return True, pickle.loads(data)
+    except Exception:  # noqa: BLE001 - loads() decodes it again and says why it fails
+        return False, None
+
+
 def dumps(obj: Any, ctx: EncodeContext) -> bytes:
     """Pickle ``obj``, moving side-table objects into ``ctx``.
 
     Raises:
         SerializationError: ``obj`` cannot be pickled (the message says what and why).
     """
-    if _plain(obj, 2):
-        # Nothing for a side table and no global in the pickle: the C pickler alone gives the
-        # same bytes as _Pickler (whose persistent_id is a Python call per object).
-        return pickle.dumps(obj, PROTOCOL)
+    plain = dumps_plain(obj)
+    if plain is not None:
+        return plain
     _register_tensor_types()
     buf = io.BytesIO()
     try:
@@ -255,12 +287,18 @@ def dumps(obj: Any, ctx: EncodeContext) -> bytes:
 def loads(data: Any, ctx: DecodeContext) -> Any:
     """Unpickle ``data`` under ``ctx.policy``, rebuilding side-table objects.
 
+    A pickle in which no byte is one of the opcodes of ``_REACHES_OUT`` cannot name a global or
+    a side-table object, so the C unpickler alone decodes it (no policy to consult); the bytes
+    are scanned as a whole, so a string that merely contains such a byte takes the full path.
+
     Raises:
         PolicyError: the payload names a global the policy refuses.
         SerializationError: the payload is malformed or names something that does not resolve.
     """
-    _register_tensor_types()
     try:
+        if _REACHES_OUT.search(data) is None:
+            return pickle.loads(data)
+        _register_tensor_types()
         return _Unpickler(io.BytesIO(data), ctx).load()
     except PropagateError as exc:
         raise exc.error from None

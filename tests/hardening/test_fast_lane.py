@@ -11,7 +11,7 @@ import grpc
 import pytest
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import current
-from gradwire._wire import calls, framing
+from gradwire._wire import calls, framing, pickler
 from gradwire._wire.pickler import EncodeContext
 from gradwire.distributed import rpc
 from gradwire.distributed.rpc._testing import free_port, run_cluster
@@ -93,19 +93,25 @@ def test_a_deferred_reply_on_the_fast_lane_is_parked_and_fetched() -> None:
 def test_no_decoder_is_reached_on_the_fast_lane_without_the_token(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    counts = {"frame": 0, "assembler": 0}
-    real_decode, real_assemble = fast_lane._decode, fast_lane.assemble_one
+    counts = {"frame": 0, "pickle": 0}
+    real_decode = fast_lane._decode
+    real_loads, real_loads_plain = pickler.loads, pickler.loads_plain
 
     def decode(data: bytes) -> Any:
         counts["frame"] += 1
         return real_decode(data)
 
-    def assemble(*args: Any) -> Any:
-        counts["assembler"] += 1
-        return real_assemble(*args)
+    def loads(*args: Any) -> Any:
+        counts["pickle"] += 1
+        return real_loads(*args)
+
+    def loads_plain(*args: Any) -> Any:
+        counts["pickle"] += 1
+        return real_loads_plain(*args)
 
     monkeypatch.setattr(fast_lane, "_decode", decode)
-    monkeypatch.setattr(fast_lane, "assemble_one", assemble)
+    monkeypatch.setattr(pickler, "loads", loads)
+    monkeypatch.setattr(pickler, "loads_plain", loads_plain)
     agent = _solo()  # the lane's handlers are built now, with the counting decoder
     try:
         rng = random.Random(5)
@@ -117,11 +123,11 @@ def test_no_decoder_is_reached_on_the_fast_lane_without_the_token(
                         code, details, _ = invoke(lane, method, case.messages, md, 5.0)
                         assert code == grpc.StatusCode.UNAUTHENTICATED, (method, code, details)
                         assert "cluster token" in details
-            assert counts == {"frame": 0, "assembler": 0}, counts
+            assert counts == {"frame": 0, "pickle": 0}, counts
             md = (("x-gradwire-token", "the-token"), ("x-gradwire-caller", "0"))
             code, _, out = invoke(lane, "Call", [_call_frame(lane_bodies.echo, 5)], md, 5.0)
             assert code == grpc.StatusCode.OK and out
-        assert counts["frame"] >= 1 and counts["assembler"] >= 1, counts
+        assert counts["frame"] >= 1 and counts["pickle"] >= 1, counts
     finally:
         rpc.shutdown(graceful=False)
 
