@@ -78,7 +78,9 @@ class Callee:
 
     def __init__(self, agent: Agent) -> None:
         self._agent = agent
-        self._lock = threading.Condition()
+        self._lock = threading.Lock()  # taken twice per call: a bare lock, not a Condition
+        self._idle = threading.Condition(self._lock)  # notified when in_flight drops to 0
+        self._idle_waiters = 0
         self.served = 0
         self.failed = 0
         self.in_flight = 0
@@ -106,13 +108,17 @@ class Callee:
             self.in_flight -= 1
             self.served += 1
             self.failed += int(failed)
-            if not self.in_flight:
-                self._lock.notify_all()
+            if not self.in_flight and self._idle_waiters:
+                self._idle.notify_all()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until no call is being served (True) or ``timeout`` seconds pass (False)."""
-        with self._lock:
-            return self._lock.wait_for(lambda: not self.in_flight, max(0.0, timeout))
+        with self._idle:
+            self._idle_waiters += 1
+            try:
+                return self._idle.wait_for(lambda: not self.in_flight, max(0.0, timeout))
+            finally:
+                self._idle_waiters -= 1
 
     def serve_blocking(self, msg: Message, caller_id: int) -> Reply | Future[Reply]:
         """On a serving-pool thread (the fast lane): run the call in ``msg``; its encoded

@@ -8,7 +8,6 @@ are retried with backoff (``send_control``).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import threading
@@ -104,22 +103,28 @@ class Caller:
             function=name,
             timeout_seconds=timeout or 0.0,
         )
-        first, buffers, ctx = self._encode(
-            peer, name, header, (bound_self, tuple(args), dict(kwargs))
-        )
-        hooks.send_call(first.call, ctx.objects.get("T", []) if ctx else (), peer.id)
-        size = calls.total_bytes(buffers)
-        what = f"rpc to {name}"
-        fut: Future[Any] = Future()
+        first, buffers, ctx = self._encode(peer, name, header, (bound_self, args, kwargs))
         call = first.call
-        shared = [m for m in first.payload.tensors if m.HasField("shm")]
-        with self._lock:
-            self.pending[call.message_id] = fut
-            self._dest[call.message_id] = peer.id
-            if shared:
-                self._shm_sent[call.message_id] = shared
+        fut: Future[Any] = Future()
+        if ctx is None:  # plain arguments: one frame, no tensors, no RRefs
+            hooks.send_call(call, (), peer.id)
+            with self._lock:
+                self.pending[call.message_id] = fut
+                self._dest[call.message_id] = peer.id
+            single, frame = True, Frame(first, buffers)
+        else:
+            hooks.send_call(call, ctx.objects.get("T", []), peer.id)
+            shared = [m for m in first.payload.tensors if m.HasField("shm")]
+            with self._lock:
+                self.pending[call.message_id] = fut
+                self._dest[call.message_id] = peer.id
+                if shared:
+                    self._shm_sent[call.message_id] = shared
+            single = calls.total_bytes(buffers) <= agent.options.single_frame_bytes
+            if single:
+                frame = one_frame(first, buffers)
+        what = f"rpc to {name}"
         started = time.monotonic()
-        single = size <= agent.options.single_frame_bytes
         # The fast lane serves a call on a pool thread; a reply that comes later (an
         # @async_execution function, RRef arguments to confirm first) is parked there and
         # fetched in a second round trip, so such calls go to the asyncio server, which sends
@@ -129,8 +134,6 @@ class Caller:
             if not (getattr(fn, ASYNC_EXECUTION_ATTR, False) or (ctx and ctx.objects.get("R")))
             else peer.dial
         )
-        if single:
-            frame = one_frame(first, buffers)
         if single and not blocking:
             self._start_async(peer, dial, frame, call, fut, what, started, timeout)
             return fut
@@ -163,12 +166,13 @@ class Caller:
         self, peer: Peer, name: str, header: pb.CallHeader, body: Any
     ) -> tuple[pb.FrameHeader, list[Any], EncodeContext | None]:
         """A call's first header, its buffers and the EncodeContext that collected its side
-        tables (None for plain arguments: pickled by the C pickler, nothing to collect)."""
+        tables; None instead of a context for plain arguments that fit in one frame (pickled by
+        the C pickler, nothing to collect, the header already says it is the last frame)."""
         agent = self._agent
         limit = agent.options.max_message_bytes
         plain = pickler.dumps_plain(body)
-        if plain is not None and len(plain) <= limit:
-            first = pb.FrameHeader(call=header)
+        if plain is not None and len(plain) <= min(limit, agent.options.single_frame_bytes):
+            first = pb.FrameHeader(call=header, last=True)  # the whole message in one frame
             first.payload.pickle_nbytes = len(plain)
             return first, [plain], None
         ctx = EncodeContext(peer=peer.name, device_map=agent.options.device_maps.get(peer.name))
@@ -285,6 +289,12 @@ class Caller:
         reply = msg.header.reply
         if reply.HasField("error"):
             return False, decode_exception(reply.error, agent.policy, agent.name)
+        payload = msg.header.payload
+        if not (payload.tensors or payload.rrefs):
+            ok, body = pickler.loads_plain(msg.pickle)
+            if ok:  # plain data: no side-table objects for the hooks
+                hooks.recv_reply(call, reply, (), peer.id)
+                return True, body
         body, dctx = calls.decode_body(
             msg, {"policy": agent.policy, "peer": peer.name, "worker": agent.name}
         )
@@ -294,11 +304,13 @@ class Caller:
     @staticmethod
     def _deliver(fut: Future[Any], ok: bool, value: Any) -> None:
         # A non-graceful shutdown may have failed the future already (fail_all).
-        with contextlib.suppress(InvalidFutureStateError):
+        try:
             if ok:
                 fut.set_result(value)
             else:
                 fut.set_exception(value)
+        except InvalidFutureStateError:
+            pass
 
     @classmethod
     def _fail(cls, fut: Future[Any], exc: BaseException) -> None:

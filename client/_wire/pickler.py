@@ -216,6 +216,7 @@ class _Unpickler(pickle.Unpickler):
 #: Types pickled by opcodes alone (no global, no reduce): a body made only of them needs no
 #: side table. Exact types: a subclass may reduce to anything.
 _PLAIN_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+_PLAIN_CONTAINERS = frozenset({tuple, list, dict})
 
 
 def _plain(obj: Any, depth: int) -> bool:
@@ -224,11 +225,13 @@ def _plain(obj: Any, depth: int) -> bool:
     cls = type(obj)
     if cls in _PLAIN_SCALARS:
         return True
-    if cls not in (tuple, list, dict) or depth <= 0 or len(obj) > 8:
+    if cls not in _PLAIN_CONTAINERS or depth <= 0 or len(obj) > 8:
         return False
-    if cls is dict:
-        return all(type(k) is str and _plain(v, depth - 1) for k, v in obj.items())
-    return all(_plain(v, depth - 1) for v in obj)
+    # A loop, not all() over a generator: this runs for every call and every reply.
+    for value in obj.values() if cls is dict else obj:
+        if type(value) not in _PLAIN_SCALARS and not _plain(value, depth - 1):
+            return False
+    return cls is not dict or all(type(k) is str for k in obj)
 
 
 #: The opcodes through which a pickle reaches anything but plain data: a global (GLOBAL "c",

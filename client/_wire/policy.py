@@ -147,9 +147,10 @@ class CallablePolicy:
     _decided: dict[tuple[str, str], bool] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
-    #: (module, qualname) -> (module object, its first attribute, the resolved object): a
-    #: name resolved once resolves again without the walk while that attribute is unchanged.
-    _resolved: dict[tuple[str, str], tuple[Any, Any, Any]] = field(
+    #: (module, qualname) -> (module key, first attribute name, module object, that attribute,
+    #: the resolved object): a name resolved once resolves again without the walk while that
+    #: attribute is unchanged.
+    _resolved: dict[tuple[str, str], tuple[str, str, Any, Any, Any]] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
 
@@ -203,15 +204,14 @@ class CallablePolicy:
             PolicyError: the name or what it resolves to is not allowed.
             SerializationError: the name does not resolve on this worker.
         """
-        from ..errors import SerializationError
-
         key = (module, qualname)
         hit = self._resolved.get(key)
-        if hit is not None:
-            mod, root, known = hit
-            first = qualname.partition(".")[0]
-            if sys.modules.get(_module_key(module)) is mod and getattr(mod, first, None) is root:
+        if hit is not None:  # still the same module and the same top-level object
+            mod_key, first, mod, root, known = hit
+            if sys.modules.get(mod_key) is mod and getattr(mod, first, None) is root:
                 return known
+        from ..errors import SerializationError
+
         self.check(module, qualname, worker, what)
         try:
             if module in ("__main__", "__mp_main__"):
@@ -232,7 +232,8 @@ class CallablePolicy:
             origin = origin_of(type(obj)) or (module, qualname)
         if origin != (module, qualname):
             self.check(*origin, worker=worker, what=what)
-        mod = sys.modules.get(_module_key(module))
+        mod_key, first = _module_key(module), qualname.partition(".")[0]
+        mod = sys.modules.get(mod_key)
         if mod is not None and len(self._resolved) < 4096:  # bounded: names come from the network
-            self._resolved[key] = (mod, getattr(mod, qualname.partition(".")[0], None), obj)
+            self._resolved[key] = (mod_key, first, mod, getattr(mod, first, None), obj)
         return obj
