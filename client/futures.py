@@ -57,13 +57,16 @@ class Future(Generic[T]):
         >>> fut.set_result(41)
     """
 
-    __slots__ = ("_cond", "_state", "_value", "_callbacks")
+    __slots__ = ("_lock", "_state", "_value", "_callbacks", "_waiters")
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # A bare lock and one parked lock per waiting thread (what threading.Condition does
+        # inside, without building a Condition for every call's future).
+        self._lock = threading.Lock()
         self._state = _PENDING
         self._value: Any = None
         self._callbacks: list[Callable[[Future[T]], Any]] = []
+        self._waiters: list[threading.Lock] = []
 
     def done(self) -> bool:
         """Return True once the future holds a result or an exception."""
@@ -83,10 +86,25 @@ class Future(Generic[T]):
             The exception the future was completed with; TimeoutError if ``timeout`` expires.
         """
         if self._state == _PENDING:
-            with blocking_region(), self._cond:
-                if not self._cond.wait_for(self.done, timeout):
+            with blocking_region():
+                if not self._park(timeout):
                     raise TimeoutError(f"future not completed after {timeout} s")
         return self.value()
+
+    def _park(self, timeout: float | None) -> bool:
+        """Sleep until the future completes (True) or ``timeout`` seconds pass (False)."""
+        with self._lock:
+            if self._state != _PENDING:
+                return True
+            waiter = threading.Lock()
+            waiter.acquire()
+            self._waiters.append(waiter)
+        if waiter.acquire(True, -1 if timeout is None else max(0.0, timeout)):
+            return True
+        with self._lock:  # timed out: stop waiting, unless it completed meanwhile
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+            return self._state != _PENDING
 
     def value(self) -> T:
         """Return the value of a completed future, or raise its exception.
@@ -127,14 +145,16 @@ class Future(Generic[T]):
         self._complete(_ERROR, exception)
 
     def _complete(self, state: int, value: Any) -> None:
-        with self._cond:
+        with self._lock:
             if self._state != _PENDING:
                 raise InvalidFutureStateError(
                     "Future already completed; set_result/set_exception may be called once"
                 )
             self._state, self._value = state, value
             callbacks, self._callbacks = self._callbacks, []
-            self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.release()
         for cb in callbacks:
             self._run(cb)
 
@@ -144,11 +164,13 @@ class Future(Generic[T]):
         For gradwire's transport threads, which must not run user callbacks: returns False
         (and changes nothing) when a callback would have to run, or the future is done.
         """
-        with self._cond:
+        with self._lock:
             if self._state != _PENDING or self._callbacks:
                 return False
             self._state, self._value = (_RESULT if ok else _ERROR), value
-            self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.release()
         return True
 
     def _run(self, cb: Callable[[Future[T]], Any]) -> None:
@@ -163,7 +185,7 @@ class Future(Generic[T]):
         Args:
             callback: called with this future; exceptions it raises are logged and dropped.
         """
-        with self._cond:
+        with self._lock:
             if self._state == _PENDING:
                 self._callbacks.append(callback)
                 return

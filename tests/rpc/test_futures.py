@@ -58,6 +58,33 @@ def test_wait_timeout() -> None:
         Future().wait(0.01)
 
 
+def test_many_waiting_threads_all_wake_and_a_timed_out_one_leaves_no_trace() -> None:
+    fut: Future[int] = Future()
+    with pytest.raises(TimeoutError):
+        fut.wait(0.01)
+    assert fut._waiters == []  # the timed-out waiter took itself off
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def waiter() -> None:
+        value = fut.wait(5.0)
+        with lock:
+            got.append(value)
+
+    threads = [threading.Thread(target=waiter) for _ in range(6)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5.0
+    while len(fut._waiters) < 6 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(fut._waiters) == 6  # all six are parked, none spins
+    fut.set_result(7)
+    for t in threads:
+        t.join(5.0)
+    assert got == [7] * 6 and fut._waiters == []
+    assert fut.wait(0) == 7  # a completed future answers at once, even with no time left
+
+
 def test_then_chains_values_and_errors() -> None:
     fut: Future[int] = Future()
     doubled = fut.then(lambda f: f.value() * 2)
