@@ -73,6 +73,9 @@ def _grad_tensors(tensors: Sequence[Any]) -> list[Tensor]:
 class DistAutogradService(hooks.CallHook):
     """Distributed autograd of one agent (created with it, dropped at its shutdown)."""
 
+    #: Its receive, scope and reply hooks return at once for a call with no autograd context.
+    context_only = True
+
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         opts = agent.options

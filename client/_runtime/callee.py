@@ -231,16 +231,26 @@ class Callee:
         if not ok or not _is_call_body(body):
             return None
         bound_self, args, kwargs = body
-        limit = min(self._agent.options.single_frame_bytes, self._agent.options.max_message_bytes)
+        options = self._agent.options
+        hooked = hooks.needed(call)  # no autograd context: the hooks would return at once
         try:
-            hooks.recv_call(call, (), caller_id)
-            value = self._invoke(call, fn, bound_self, args, kwargs, caller_id)
+            if hooked:
+                hooks.recv_call(call, (), caller_id)
+                value = self._invoke(call, fn, bound_self, args, kwargs, caller_id)
+            elif bound_self is calls.NO_SELF:
+                value = fn(*args, **kwargs)
+            else:
+                value = fn(bound_self, *args, **kwargs)
             data = pickler.dumps_plain(value)
-            if data is None or len(data) > limit:  # tensors, objects, or too big for one frame
+            if data is None or len(data) > min(
+                options.single_frame_bytes, options.max_message_bytes
+            ):
+                # Tensors, other objects, or too big for one frame: the general encoding.
                 return self.reply_frame(self.encode_value(call, value, caller_id), call, caller_id)
             reply = pb.FrameHeader(reply=pb.ReplyHeader(message_id=call.message_id), last=True)
             reply.payload.pickle_nbytes = len(data)
-            hooks.send_reply(call, reply.reply, (), caller_id)
+            if hooked:
+                hooks.send_reply(call, reply.reply, (), caller_id)
         except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
             return self.reply_frame(self.encode_error(call, exc), call, caller_id)
         return Frame(reply, (data,))

@@ -293,7 +293,8 @@ class Caller:
         if not (payload.tensors or payload.rrefs):
             ok, body = pickler.loads_plain(msg.pickle)
             if ok:  # plain data: no side-table objects for the hooks
-                hooks.recv_reply(call, reply, (), peer.id)
+                if hooks.needed(call):
+                    hooks.recv_reply(call, reply, (), peer.id)
                 return True, body
         body, dctx = calls.decode_body(
             msg, {"policy": agent.policy, "peer": peer.name, "worker": agent.name}

@@ -31,6 +31,7 @@ __all__ = [
     "register",
     "unregister",
     "registered",
+    "needed",
     "send_call",
     "recv_call",
     "send_reply",
@@ -46,7 +47,14 @@ class CallHook:
         header: the CallHeader or ReplyHeader of the message (mutable on send).
         tensors: the tensors of the payload in side-table order (gradwire Tensors and ndarrays).
         peer: worker id of the other side.
+
+    Attributes:
+        context_only: True when ``on_recv_call``, ``scope``, ``on_send_reply`` and
+            ``on_recv_reply`` do nothing for a message with no tensors whose call carries no
+            autograd context; such messages then skip the hooks (see :func:`needed`).
     """
+
+    context_only = False
 
     def on_send_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
         """Before a call leaves this worker."""
@@ -71,22 +79,33 @@ class CallHook:
 
 
 _hooks: tuple[CallHook, ...] = ()
+#: Whether a hook that is not ``context_only`` is registered.
+_every_call = False
 _lock = threading.Lock()
 
 
 def register(hook: CallHook) -> None:
     """Add ``hook`` (idempotent)."""
-    global _hooks
+    global _hooks, _every_call
     with _lock:
         if hook not in _hooks:
             _hooks = (*_hooks, hook)
+        _every_call = any(not h.context_only for h in _hooks)
 
 
 def unregister(hook: CallHook) -> None:
     """Remove ``hook`` if present."""
-    global _hooks
+    global _hooks, _every_call
     with _lock:
         _hooks = tuple(h for h in _hooks if h is not hook)
+        _every_call = any(not h.context_only for h in _hooks)
+
+
+def needed(call: pb.CallHeader) -> bool:
+    """Whether a message with no tensors that belongs to ``call`` must go through
+    ``recv_call``, ``scope``, ``send_reply`` and ``recv_reply``: its call carries an autograd
+    context, or a hook that sees every call is registered."""
+    return _every_call or call.HasField("autograd")
 
 
 def registered() -> tuple[CallHook, ...]:

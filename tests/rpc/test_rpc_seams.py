@@ -61,6 +61,61 @@ def test_call_hooks_see_headers_and_tensors(solo: rpc.WorkerInfo) -> None:
     assert hook.replies == [42]
 
 
+class _Seams(hooks.CallHook):
+    """Counts every seam a call passes (a hook that sees every call)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_send_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+        self.seen.append("send_call")
+
+    def on_recv_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+        self.seen.append("recv_call")
+
+    def scope(self, call: pb.CallHeader, peer: int) -> Any:
+        self.seen.append("scope")
+        return super().scope(call, peer)
+
+    def on_send_reply(
+        self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+    ) -> None:
+        self.seen.append("send_reply")
+
+    def on_recv_reply(
+        self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+    ) -> None:
+        self.seen.append("recv_reply")
+
+
+def test_a_plain_call_passes_every_seam_of_a_hook_that_sees_every_call(
+    solo: rpc.WorkerInfo,
+) -> None:
+    every = _Seams()
+    quiet = _Seams()
+    quiet.context_only = True  # says it has nothing to do without an autograd context
+    hooks.register(quiet)
+    fast_lane = bool(agent_mod.current().local_call_address)  # the Unix-socket variant
+    try:
+        assert not hooks.needed(pb.CallHeader())
+        assert rpc.rpc_sync("solo", max, (2, 3)) == 3  # plain arguments and result
+        if fast_lane:  # the plain path skipped the callee's and the reply's seams
+            assert quiet.seen == ["send_call"]
+        quiet.seen.clear()
+        hooks.register(every)
+        assert hooks.needed(pb.CallHeader())
+        assert rpc.rpc_sync("solo", max, (2, 3)) == 3
+    finally:
+        hooks.unregister(every)
+        hooks.unregister(quiet)
+    seams = ["send_call", "recv_call", "scope", "send_reply", "recv_reply"]
+    assert every.seen == seams
+    assert quiet.seen == seams  # called too while another hook needs them
+    with_context = pb.CallHeader()
+    with_context.autograd.context_id = 7
+    assert hooks.needed(with_context)
+
+
 def test_control_handler_and_send_control(solo: rpc.WorkerInfo) -> None:
     agent = agent_mod.current()
     seen: list[tuple[int, int]] = []
