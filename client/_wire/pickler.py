@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import pickle
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -234,12 +233,21 @@ def _plain(obj: Any, depth: int) -> bool:
     return cls is not dict or all(type(k) is str for k in obj)
 
 
-#: The opcodes through which a pickle reaches anything but plain data: a global (GLOBAL "c",
-#: INST "i", STACK_GLOBAL, EXT1/2/4, which go through ``find_class``) or the side table (PERSID
-#: "P", BINPERSID "Q"). Every other opcode builds None, bools, numbers, strings, bytes and
-#: containers of them; REDUCE, BUILD, OBJ and NEWOBJ need a callable on the stack, which only
-#: these opcodes can put there.
-_REACHES_OUT = re.compile(b"[ciPQ\x82\x83\x84\x93]")
+class _NotPlain(Exception):
+    """Raised by :class:`_PlainUnpickler` at the first global or side-table reference."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """The C unpickler with nothing to resolve: the first global (GLOBAL, STACK_GLOBAL, INST,
+    EXT*) or side-table reference (PERSID, BINPERSID) stops it. Without a global nothing
+    callable can reach the stack, so it can only build None, bools, numbers, strings, bytes
+    and containers of them; it needs no policy and no :class:`DecodeContext`."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise _NotPlain
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise _NotPlain
 
 
 def dumps_plain(obj: Any) -> bytes | None:
@@ -253,13 +261,11 @@ def dumps_plain(obj: Any) -> bytes | None:
 
 
 def loads_plain(data: Any) -> tuple[bool, Any]:
-    """``(True, obj)`` when ``data`` is a well-formed pickle of plain data only (none of the
-    opcodes of ``_REACHES_OUT``), else ``(False, None)``: then :func:`loads` must decode it
-    (and report what is wrong with it). Needs no :class:`DecodeContext`."""
-    if _REACHES_OUT.search(data) is not None:
-        return False, None
+    """``(True, obj)`` when ``data`` is a well-formed pickle of plain data only (see
+    :class:`_PlainUnpickler`), else ``(False, None)``: then :func:`loads` must decode it (and
+    report what is wrong with it). Needs no :class:`DecodeContext`."""
     try:
-        return True, pickle.loads(data)
+        return True, _PlainUnpickler(io.BytesIO(data)).load()
     except Exception:  # noqa: BLE001 - loads() decodes it again and says why it fails
         return False, None
 
@@ -290,17 +296,18 @@ def dumps(obj: Any, ctx: EncodeContext) -> bytes:
 def loads(data: Any, ctx: DecodeContext) -> Any:
     """Unpickle ``data`` under ``ctx.policy``, rebuilding side-table objects.
 
-    A pickle in which no byte is one of the opcodes of ``_REACHES_OUT`` cannot name a global or
-    a side-table object, so the C unpickler alone decodes it (no policy to consult); the bytes
-    are scanned as a whole, so a string that merely contains such a byte takes the full path.
+    A pickle of plain data is decoded by :class:`_PlainUnpickler` (no policy to consult);
+    at its first global or side-table reference the policy-checking unpickler starts over.
 
     Raises:
         PolicyError: the payload names a global the policy refuses.
         SerializationError: the payload is malformed or names something that does not resolve.
     """
     try:
-        if _REACHES_OUT.search(data) is None:
-            return pickle.loads(data)
+        try:
+            return _PlainUnpickler(io.BytesIO(data)).load()
+        except _NotPlain:
+            pass
         _register_tensor_types()
         return _Unpickler(io.BytesIO(data), ctx).load()
     except PropagateError as exc:

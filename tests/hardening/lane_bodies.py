@@ -52,3 +52,19 @@ def routing(rank: int, world_size: int) -> Any:
         # lane_count itself is a plain call: the one that read `before` counted.
         "lane_calls": after - before,
     }
+
+
+def text(n: int) -> str:
+    return "x" * n
+
+
+def arange(n: int) -> np.ndarray:
+    return np.arange(n, dtype=np.float32)
+
+
+def fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def keywords(a: int, b: int = 2) -> tuple[int, int]:
+    return a, b

@@ -8,9 +8,12 @@ import random
 from typing import Any
 
 import grpc
+import numpy as np
 import pytest
+from gradwire import errors
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import current
+from gradwire._runtime.callee import Callee
 from gradwire._wire import calls, framing, pickler
 from gradwire._wire.pickler import EncodeContext
 from gradwire.distributed import rpc
@@ -41,13 +44,14 @@ def test_no_fast_lane_without_unix_sockets() -> None:
     assert r["lane_calls"] == 0
 
 
-def _solo(token: str = "the-token") -> Any:
+def _solo(token: str = "the-token", **overrides: Any) -> Any:
     options = rpc.GrpcRpcBackendOptions(
         init_method=f"tcp://127.0.0.1:{free_port()}",
         token=token,
         init_timeout=20,
         rpc_timeout=10,
         use_unix_socket=True,
+        **overrides,
     )
     rpc.init_rpc("lane", 0, 1, options)
     return current()
@@ -166,5 +170,41 @@ def test_a_fast_lane_that_cannot_bind_is_left_out(monkeypatch: pytest.MonkeyPatc
         assert agent.peers[0].call_dial == agent.peers[0].dial
         assert rpc.rpc_sync("lane", lane_bodies.echo, (7,)) == 7
         assert rpc.get_debug_info()["calls_served_fast_lane"] == 0
+    finally:
+        rpc.shutdown(graceful=False)
+
+
+def test_plain_calls_keep_every_outcome_of_the_general_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    served: list[bool] = []
+    real = Callee.serve_plain
+
+    def serve_plain(self: Callee, frame: Any, caller_id: int) -> Any:
+        reply = real(self, frame, caller_id)
+        served.append(reply is not None)
+        return reply
+
+    monkeypatch.setattr(Callee, "serve_plain", serve_plain)
+    _solo(single_frame_bytes=4096)
+    try:
+        assert rpc.rpc_sync("lane", lane_bodies.echo, (5,)) == 5
+        assert rpc.rpc_sync("lane", lane_bodies.keywords, (1,), {"b": 3}) == (1, 3)
+        assert rpc.rpc_sync("lane", "abc".upper) == "ABC"  # a bound method: self travels too
+        assert served == [True, True, True]
+        # A plain call whose reply is too big for one frame: parked and fetched.
+        assert rpc.rpc_sync("lane", lane_bodies.text, (10_000,)) == "x" * 10_000
+        # A plain call returning a tensor: the general encoding, tensor bytes out of the pickle.
+        out = rpc.rpc_sync("lane", lane_bodies.arange, (5,))
+        assert out.dtype == np.float32 and out.tolist() == [0, 1, 2, 3, 4]
+        with pytest.raises(ValueError, match="no good"):
+            rpc.rpc_sync("lane", lane_bodies.fail, ("no good",))
+        assert served == [True] * 6  # all answered by the plain path
+        # Not plain: a refused function, a non-plain argument. The general path answers.
+        with pytest.raises(errors.PolicyError, match="refused by the callable policy"):
+            rpc.rpc_sync("lane", os.getcwd)
+        assert rpc.rpc_sync("lane", lane_bodies.echo, (np.ones(2),)).tolist() == [1, 1]
+        assert served[6:] == [False, False]
+        assert current().callee.served_fast_lane == len(served) and current().callee.failed == 2
     finally:
         rpc.shutdown(graceful=False)

@@ -192,3 +192,49 @@ def test_a_tensor_inside_a_body_still_goes_to_the_side_table() -> None:
     wide = pickler.EncodeContext()
     pickler.dumps((None, tuple(range(9)) + (arr,), {}), wide)
     assert len(deep.tensors) == 1 and len(wide.tensors) == 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, (None, (), {}), (None, (1, 2.5, "x", b"y", True), {"k": None}), [1, 2], {"a": (3,)}],
+)
+def test_plain_data_is_decoded_by_the_c_unpickler_alone(value: Any) -> None:
+    data = pickle.dumps(value, pickler.PROTOCOL)
+    assert pickler.loads_plain(data) == (True, value)
+    assert pickler.loads_plain(memoryview(data)) == (True, value)
+
+
+@pytest.mark.parametrize("obj", [os.system, eval, subprocess.Popen, np.load, pickle.loads])
+def test_a_pickle_naming_a_global_never_takes_the_plain_decoder(obj: Any) -> None:
+    for protocol in (0, 2, pickler.PROTOCOL):
+        data = pickle.dumps((None, (obj,), {}), protocol)
+        assert pickler.loads_plain(data) == (False, None)
+        with pytest.raises(PolicyError, match="refused by the callable policy"):
+            loads(data, DecodeContext(POLICY, pb.Payload(), []))
+
+
+def test_crafted_call_opcodes_on_plain_data_run_nothing() -> None:
+    # REDUCE / BUILD / OBJ / NEWOBJ over plain objects, persistent ids, extension codes: the
+    # plain decoder builds nothing from them, and the restricted unpickler refuses or fails.
+    crafted = [
+        b"\x80\x05X\x02\x00\x00\x00ls\x94)R.",  # "ls"(*()) via REDUCE
+        b"\x80\x05]\x94}\x94b.",  # BUILD a list from a dict
+        b"\x80\x05(X\x01\x00\x00\x00xo.",  # OBJ with a string as the class
+        b"\x80\x05X\x01\x00\x00\x00x)\x81.",  # NEWOBJ with a string as the class
+        b"\x80\x05X\x01\x00\x00\x00xQ.",  # a side-table reference that was never sent
+        b"\x80\x05\x82\x01.",  # EXT1 code 1
+    ]
+    for data in crafted:
+        assert pickler.loads_plain(data) == (False, None), data
+        with pytest.raises((PolicyError, SerializationError)):
+            loads(data, DecodeContext(POLICY, pb.Payload(), []))
+
+
+def test_strings_that_look_like_opcodes_stay_plain_and_bad_bytes_are_reported() -> None:
+    value = (None, ("cQRibo", 99), {"b": 3})  # opcode letters inside strings and numbers
+    data = pickle.dumps(value, pickler.PROTOCOL)
+    assert pickler.loads_plain(data) == (True, value)
+    assert loads(data, DecodeContext(POLICY, pb.Payload(), [])) == value
+    assert pickler.loads_plain(b"\x80\x05") == (False, None)  # truncated: left to loads()
+    with pytest.raises(SerializationError, match="cannot deserialize"):
+        loads(b"\x80\x05", DecodeContext(POLICY, pb.Payload(), []))
