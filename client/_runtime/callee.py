@@ -163,7 +163,7 @@ class Callee:
                     f"worker {agent.name!r} got call kind {pb.CallKind.Name(call.kind)} on the "
                     "Python call path"
                 )
-            fn = self._function(call)
+            fn = calls.resolve_function(agent.policy, call.function, agent.name)
             (bound_self, args, kwargs), dctx = self._decode(msg, caller_id)
             hooks.recv_call(call, dctx.objects.get("T", []), caller_id)
             is_async = getattr(fn, ASYNC_EXECUTION_ATTR, False)
@@ -207,6 +207,7 @@ class Callee:
         message, side-table contexts or the pickler's Python hooks; a plain result is pickled
         by the C pickler into a one-frame reply.
         """
+        agent = self._agent
         header = frame.header
         call = header.call
         payload = header.payload
@@ -222,7 +223,7 @@ class Callee:
         ):
             return None
         try:
-            fn = self._function(call)
+            fn = calls.resolve_function(agent.policy, call.function, agent.name)
         except Exception:  # noqa: BLE001 - the general path raises it again and replies with it
             return None
         if getattr(fn, ASYNC_EXECUTION_ATTR, False):
@@ -231,7 +232,7 @@ class Callee:
         if not ok or not _is_call_body(body):
             return None
         bound_self, args, kwargs = body
-        options = self._agent.options
+        options = agent.options
         hooked = hooks.needed(call)  # no autograd context: the hooks would return at once
         try:
             if hooked:
@@ -254,11 +255,6 @@ class Callee:
         except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
             return self.reply_frame(self.encode_error(call, exc), call, caller_id)
         return Frame(reply, (data,))
-
-    def _function(self, call: pb.CallHeader) -> Any:
-        """The function ``call`` names, resolved through the policy."""
-        module, qualname = calls.split_callable(call.function)
-        return self._agent.policy.resolve(module, qualname, self._agent.name)
 
     def _invoke(
         self,

@@ -105,21 +105,17 @@ class Caller:
         )
         first, buffers, ctx = self._encode(peer, name, header, (bound_self, args, kwargs))
         call = first.call
+        hooks.send_call(call, ctx.objects.get("T", []) if ctx else (), peer.id)
         fut: Future[Any] = Future()
-        if ctx is None:  # plain arguments: one frame, no tensors, no RRefs
-            hooks.send_call(call, (), peer.id)
-            with self._lock:
-                self.pending[call.message_id] = fut
-                self._dest[call.message_id] = peer.id
+        shared = [m for m in first.payload.tensors if m.HasField("shm")] if ctx else []
+        with self._lock:
+            self.pending[call.message_id] = fut
+            self._dest[call.message_id] = peer.id
+            if shared:
+                self._shm_sent[call.message_id] = shared
+        if ctx is None:  # plain arguments: already one whole frame
             single, frame = True, Frame(first, buffers)
         else:
-            hooks.send_call(call, ctx.objects.get("T", []), peer.id)
-            shared = [m for m in first.payload.tensors if m.HasField("shm")]
-            with self._lock:
-                self.pending[call.message_id] = fut
-                self._dest[call.message_id] = peer.id
-                if shared:
-                    self._shm_sent[call.message_id] = shared
             single = calls.total_bytes(buffers) <= agent.options.single_frame_bytes
             if single:
                 frame = one_frame(first, buffers)

@@ -84,21 +84,23 @@ _every_call = False
 _lock = threading.Lock()
 
 
+def _install(hooks: tuple[CallHook, ...]) -> None:
+    global _hooks, _every_call
+    _hooks = hooks
+    _every_call = any(not h.context_only for h in hooks)
+
+
 def register(hook: CallHook) -> None:
     """Add ``hook`` (idempotent)."""
-    global _hooks, _every_call
     with _lock:
         if hook not in _hooks:
-            _hooks = (*_hooks, hook)
-        _every_call = any(not h.context_only for h in _hooks)
+            _install((*_hooks, hook))
 
 
 def unregister(hook: CallHook) -> None:
     """Remove ``hook`` if present."""
-    global _hooks, _every_call
     with _lock:
-        _hooks = tuple(h for h in _hooks if h is not hook)
-        _every_call = any(not h.context_only for h in _hooks)
+        _install(tuple(h for h in _hooks if h is not hook))
 
 
 def needed(call: pb.CallHeader) -> bool:

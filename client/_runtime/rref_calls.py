@@ -265,8 +265,7 @@ class RRefCalls:
     ) -> None:
         svc, agent = self.svc, self.svc.agent
         try:
-            module, qualname = calls.split_callable(call.function)
-            fn = agent.policy.resolve(module, qualname, agent.name)
+            fn = calls.resolve_function(agent.policy, call.function, agent.name)
             body, dctx = calls.decode_body(
                 message,
                 {"policy": agent.policy, "peer": agent.peer_name(caller_id), "worker": agent.name},

@@ -136,4 +136,16 @@ def payload_bytes(first: pb.FrameHeader, frame_bytes: int) -> int:
     return frame_bytes + sum(t.nbytes for t in first.payload.tensors if t.HasField("shm"))
 
 
-__all__ += ["split_callable", "total_bytes", "payload_bytes"]
+def resolve_function(policy: Any, name: str, worker: str) -> Any:
+    """The function a call names (``"module:qualname"``), resolved through ``policy`` on
+    ``worker``.
+
+    Raises:
+        SerializationError: the name is malformed or does not resolve.
+        PolicyError: the policy refuses it.
+    """
+    module, qualname = split_callable(name)
+    return policy.resolve(module, qualname, worker)
+
+
+__all__ += ["split_callable", "resolve_function", "total_bytes", "payload_bytes"]
