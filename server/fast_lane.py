@@ -24,7 +24,7 @@ asyncio server, which waits for it without holding a thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -52,7 +52,7 @@ __all__ = ["start_fast_lane", "FAST_LANE_METHODS"]
 
 log = logging.getLogger(__name__)
 #: The Worker methods the fast lane serves (all unary and answered at once).
-FAST_LANE_METHODS = ("Call", "Gradients", *FAST_LANE_CONTROL)
+FAST_LANE_METHODS = ("Call", "CallStream", "Gradients", *FAST_LANE_CONTROL)
 _CONTROL_REQUESTS: dict[str, Any] = {
     "ReleaseContext": pb.ReleaseContextRequest,
     "ForkRequest": pb.ForkRequest,
@@ -76,12 +76,18 @@ class _Lane:
         self._agent = agent
 
     def _frame(self, frame: Any, context: grpc.ServicerContext) -> tuple[Frame, int]:
+        self._check(frame, context)
+        return frame, self._caller(context)
+
+    def _check(self, frame: Any, context: grpc.ServicerContext) -> None:
         agent = self._agent
         if isinstance(frame, Undecodable):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, frame.error)
         if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
             _abort(context, WorkerUnavailableError(f"worker {agent.name!r} is not running"))
-        return frame, caller_from_metadata(context.invocation_metadata(), agent.world_size)
+
+    def _caller(self, context: grpc.ServicerContext) -> int:
+        return caller_from_metadata(context.invocation_metadata(), self._agent.world_size)
 
     def _assemble(self, frame: Frame, caller: int) -> Any:
         return assemble_one(
@@ -90,6 +96,23 @@ class _Lane:
 
     def call(self, request: Any, context: grpc.ServicerContext) -> Frame:
         frame, caller = self._frame(request, context)
+        return self._call(frame, caller, context)
+
+    def call_stream(self, requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+        """CallStream: one ``call`` per request frame, each reply sent before the next request
+        is read. Waiting for the next request lends the pool slot back, so an open, idle
+        stream holds a thread but no serving slot."""
+        caller = self._caller(context)
+        while True:
+            with blocking_region():
+                raw = next(requests, None)
+            if raw is None:  # the caller closed the stream
+                return
+            frame = _decode(raw)
+            self._check(frame, context)
+            yield self._call(frame, caller, context)
+
+    def _call(self, frame: Frame, caller: int, context: grpc.ServicerContext) -> Frame:
         callee = self._agent.callee
         if not callee.enter(caller, fast_lane=True):
             _abort(
@@ -162,24 +185,41 @@ def _failed(reply: Any) -> bool:
     return bool(header.reply.HasField("error"))
 
 
+def _admit(agent: Any, path: str, context: grpc.ServicerContext) -> None:
+    """Abort the call unless its token matches (after waiting for the rendezvous when the call
+    came before it ended, since the token may not be known until then)."""
+    if not agent.is_ready():
+        with blocking_region():
+            ready = agent.wait_ready_blocking(agent.options.init_timeout)
+        if not ready:
+            context.abort(grpc.StatusCode.UNAVAILABLE, not_ready_message(agent))
+    refusal = token_refusal(agent, path, context.invocation_metadata())
+    if refusal is not None:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
+
+
 def _guarded(
     agent: Any, method: str, behavior: Callable[[Any, grpc.ServicerContext], Any], decode: Any
 ) -> Callable[[bytes, grpc.ServicerContext], Any]:
     """``behavior`` behind the token check: the request arrives as raw bytes and is decoded only
-    once the token matched (after waiting for the rendezvous when the call came before it
-    ended, since the token may not be known until then)."""
+    once the token matched."""
     path = f"/{SERVICE}/{method}"
 
     def serve(raw: bytes, context: grpc.ServicerContext) -> Any:
-        if not agent.is_ready():
-            with blocking_region():
-                ready = agent.wait_ready_blocking(agent.options.init_timeout)
-            if not ready:
-                context.abort(grpc.StatusCode.UNAVAILABLE, not_ready_message(agent))
-        refusal = token_refusal(agent, path, context.invocation_metadata())
-        if refusal is not None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, refusal)
+        _admit(agent, path, context)
         return behavior(decode(raw), context)
+
+    return serve
+
+
+def _guarded_stream(agent: Any, lane: _Lane) -> Callable[[Iterator[bytes], Any], Any]:
+    """CallStream behind the token check, made once when the stream opens (its metadata is the
+    stream's); its frames arrive as raw bytes and are decoded one by one afterwards."""
+    path = f"/{SERVICE}/CallStream"
+
+    def serve(requests: Iterator[bytes], context: grpc.ServicerContext) -> Any:
+        _admit(agent, path, context)
+        return lane.call_stream(requests, context)
 
     return serve
 
@@ -196,12 +236,16 @@ def _handlers(agent: Any, lane: _Lane) -> dict[str, grpc.RpcMethodHandler]:
         cls = _CONTROL_REQUESTS[method]
         methods[method] = (lane.control(method), lenient(cls.FromString, cls.DESCRIPTOR.name), ser)
     # No request deserializer: gRPC would run it before the handler, so before the token check.
-    return {
+    handlers = {
         method: grpc.unary_unary_rpc_method_handler(
             _guarded(agent, method, behavior, decode), response_serializer=serialize
         )
         for method, (behavior, decode, serialize) in methods.items()
     }
+    handlers["CallStream"] = grpc.stream_stream_rpc_method_handler(
+        _guarded_stream(agent, lane), response_serializer=encode_frame
+    )
+    return handlers
 
 
 def start_fast_lane(agent: Any) -> grpc.Server | None:

@@ -147,6 +147,15 @@ class WorkerServicer:
         finally:
             self._agent.callee.leave(caller, failed)
 
+    async def CallStream(  # noqa: N802
+        self, frames: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Frame]:
+        """``Call`` once per request frame, each reply sent before the next frame is read (the
+        same-host fast lane serves it too, where callers use it)."""
+        async for frame in frames:
+            await _refuse(frame, context)
+            yield await self.Call(frame, context)
+
     async def PythonCall(  # noqa: N802
         self, frames: AsyncIterator[Frame], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Frame]:
@@ -442,6 +451,7 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
     handlers = {
         "Call": grpc.unary_unary_rpc_method_handler(unary(servicer.Call), f_in, f_out),
         "PythonCall": grpc.stream_stream_rpc_method_handler(python_call, f_in, f_out),
+        "CallStream": grpc.stream_stream_rpc_method_handler(servicer.CallStream, f_in, f_out),
         "FetchReply": grpc.unary_stream_rpc_method_handler(
             unary_stream(servicer.FetchReply), de(pb.FetchReplyRequest), f_out
         ),

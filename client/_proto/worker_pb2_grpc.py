@@ -48,6 +48,11 @@ class WorkerStub:
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
                 response_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
                 _registered_method=True)
+        self.CallStream = channel.stream_stream(
+                '/gradwire.v1.Worker/CallStream',
+                request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+                response_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                _registered_method=True)
         self.FetchReply = channel.unary_stream(
                 '/gradwire.v1.Worker/FetchReply',
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.FetchReplyRequest.SerializeToString,
@@ -142,6 +147,18 @@ class WorkerServicer:
     def Call(self, request, context):
         """The same for a call whose request fits in one frame (the latency path): one frame in, one
         frame out. A reply too large for one frame comes back as a continuation (see ReplyHeader).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CallStream(self, request_iterator, context):
+        """Many `Call` exchanges over one long-lived stream: each request frame gets exactly one reply
+        frame, in order, before the caller sends the next (one call at a time per stream). A reply
+        is exactly what `Call` would return; a refusal that `Call` reports as a status (bad token,
+        malformed frame, too many calls in flight) ends the stream with that status. Callers keep
+        a few of these open per peer for rpc_sync: on an open stream a call costs one message each
+        way instead of a whole unary call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -258,6 +275,11 @@ def add_WorkerServicer_to_server(servicer, server):
             ),
             'Call': grpc.unary_unary_rpc_method_handler(
                     servicer.Call,
+                    request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                    response_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            ),
+            'CallStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.CallStream,
                     request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
                     response_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
             ),
@@ -393,6 +415,33 @@ class Worker:
             request,
             target,
             '/gradwire.v1.Worker/Call',
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CallStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/gradwire.v1.Worker/CallStream',
             gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
             gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
             options,

@@ -34,6 +34,7 @@ from ..errors import (
     TooManyRequestsError,
     WorkerUnavailableError,
 )
+from .call_streams import Streams, Watchdog
 from .options import GrpcRpcBackendOptions, read_pem
 
 __all__ = [
@@ -57,6 +58,8 @@ _HEADER_SLACK = 1 << 20
 #: Gradients: their handlers answer at once, so a same-host sender may use ``Peer.call_dial``.
 FAST_LANE_CONTROL = ("ReleaseContext", "ForkRequest", "ChildAck", "RRefDelete")
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+#: Call streams kept open per address for rpc_sync (calls beyond that many at once go unary).
+STREAMS_PER_PEER = 8
 
 
 def channel_options(options: GrpcRpcBackendOptions) -> list[tuple[str, Any]]:
@@ -154,10 +157,12 @@ def map_rpc_error(
 
 
 class _Stubs:
-    def __init__(self, channel: grpc.Channel) -> None:
+    def __init__(self, channel: grpc.Channel, transport: Transport) -> None:
         ser, de = encode_frame, decode_frame
         self.channel = channel
         self.call = channel.unary_unary(f"/{SERVICE}/Call", ser, de)
+        self._transport = transport
+        self.streams = self.new_streams()
         self.python_call = channel.stream_stream(f"/{SERVICE}/PythonCall", ser, de)
         self.fetch_reply = channel.unary_stream(
             f"/{SERVICE}/FetchReply", pb.FetchReplyRequest.SerializeToString, de
@@ -172,6 +177,17 @@ class _Stubs:
         )
         self._control: dict[str, Any] = {}
         self._framed: dict[str, Any] = {}
+
+    def new_streams(self) -> Streams:
+        """A new set of call streams, opened with the transport's current metadata."""
+        transport = self._transport
+        return Streams(
+            self.channel,
+            f"/{SERVICE}/CallStream",
+            lambda: transport.metadata,
+            STREAMS_PER_PEER,
+            transport.watchdog,
+        )
 
     def control(self, method: str, response_cls: Any) -> Any:
         stub = self._control.get(method)
@@ -207,15 +223,20 @@ class Transport:
         self._stubs: dict[str, _Stubs] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self.watchdog = Watchdog()
         self.metadata: tuple[tuple[str, str], ...] = ()
         self.set_token(options.token, caller_id)
 
     def set_token(self, token: str | None, caller_id: int) -> None:
-        """Attach the cluster token to every later call."""
+        """Attach the cluster token to every later call (call streams opened before carry the
+        old metadata: they are closed)."""
         md = [("x-gradwire-caller", str(caller_id))]
         if token:
             md.append(("x-gradwire-token", token))
         self.metadata = tuple(md)
+        for stubs in list(self._stubs.values()):
+            stubs.streams.close()
+            stubs.streams = stubs.new_streams()
 
     @staticmethod
     def _credentials(options: GrpcRpcBackendOptions) -> grpc.ChannelCredentials | None:
@@ -241,12 +262,17 @@ class Transport:
                     channel = grpc.secure_channel(address, self._creds, options=self._opts)
                 else:
                     channel = grpc.insecure_channel(address, options=self._opts)
-                stubs = self._stubs[address] = _Stubs(channel)
+                stubs = self._stubs[address] = _Stubs(channel, self)
         return stubs
 
     def call(self, address: str, frame: Frame, timeout: float | None) -> Frame:
-        """Blocking single-frame call (raises grpc.RpcError)."""
-        return self._get(address).call(frame, timeout=timeout, metadata=self.metadata)
+        """Blocking single-frame call (raises grpc.RpcError): over one of the address's call
+        streams, or a unary call when they are all busy (see ``call_streams``)."""
+        stubs = self._get(address)
+        reply = stubs.streams.exchange(frame, timeout)
+        if reply is None:
+            reply = stubs.call(frame, timeout=timeout, metadata=self.metadata)
+        return reply
 
     def call_future(
         self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
@@ -363,6 +389,7 @@ class Transport:
         with self._lock:
             stubs = self._stubs.pop(address, None)
         if stubs is not None:
+            stubs.streams.close()
             stubs.channel.close()
 
     def channel_states(self) -> dict[str, str]:
@@ -385,5 +412,7 @@ class Transport:
         with self._lock:
             self._closed = True
             stubs, self._stubs = list(self._stubs.values()), {}
+        self.watchdog.close()
         for s in stubs:
+            s.streams.close()
             s.channel.close()

@@ -40,8 +40,10 @@ REFUSALS = {
 }
 #: Methods that legitimately wait (a stream of events, a barrier, a value that may come later).
 WAITING = {"WatchControl", "Barrier", "FetchRRef", "Fetch"}
-_STREAM_IN = {"PythonCall", "RemoteCall", "PropagateGradients"}
-_STREAM_OUT = {"PythonCall", "FetchReply", "FetchRRef", "WatchControl"}
+_STREAM_IN = {"PythonCall", "CallStream", "RemoteCall", "PropagateGradients"}
+#: Methods whose replies are call replies (a ReplyHeader, maybe carrying an error).
+_CALLS = ("Call", "CallStream", "PythonCall")
+_STREAM_OUT = {"PythonCall", "CallStream", "FetchReply", "FetchRRef", "WatchControl"}
 
 
 @dataclasses.dataclass
@@ -161,13 +163,14 @@ class Verdict:
 def _judge(method: str, case: Case, code: grpc.StatusCode, details: str, out: list[bytes]) -> str:
     """'' when the answer is acceptable, else why not."""
     if code == grpc.StatusCode.OK:
-        if method in ("Call", "PythonCall") and out:
-            try:
-                reply = decode_frame(out[0]).header.reply
-            except Exception as exc:  # noqa: BLE001 - a reply we cannot parse is a bug
-                return f"unparsable reply: {exc}"
-            if reply.HasField("error") and not reply.error.message:
-                return f"error reply without a message ({reply.error.type_name})"
+        if method in _CALLS:
+            for raw in out if method == "CallStream" else out[:1]:  # one reply per call there
+                try:
+                    reply = decode_frame(raw).header.reply
+                except Exception as exc:  # noqa: BLE001 - a reply we cannot parse is a bug
+                    return f"unparsable reply: {exc}"
+                if reply.HasField("error") and not reply.error.message:
+                    return f"error reply without a message ({reply.error.type_name})"
         return ""
     if code in REFUSALS:
         return "" if details.strip() else f"{code.name} without a message"
@@ -195,7 +198,7 @@ def fuzz_method(
         code, details, out = invoke(channel, method, case.messages, md, timeout)
         verdict.cases += 1
         outcome = code.name
-        if code == grpc.StatusCode.OK and method in ("Call", "PythonCall") and out:
+        if code == grpc.StatusCode.OK and method in _CALLS and out:
             reply = decode_frame(out[0]).header.reply
             outcome = "reply-error:" + reply.error.type_name if reply.HasField("error") else "OK"
         verdict.outcomes[outcome] += 1

@@ -55,6 +55,7 @@ BAD_DTYPES = ("object", "O", "", "float128", "V8", "<U4", "int", "float32\x00", 
 #: protobuf request type of a unary / server-streaming method.
 METHODS: dict[str, str | type] = {
     "Call": "frames-unary",
+    "CallStream": "frames-stream",
     "PythonCall": "frames-stream",
     "RemoteCall": "frames-stream",
     "PropagateGradients": "frames-stream",
@@ -332,6 +333,8 @@ def gen_proto(cls: type) -> Callable[[random.Random], Case]:
 
 GENERATORS: dict[str, Callable[[random.Random], Case]] = {
     "Call": gen_frames("python", stream=False),
+    # Each frame on CallStream is a call of its own: a chunked call's frames are bad calls.
+    "CallStream": gen_frames("python", stream=True),
     "PythonCall": gen_frames("python", stream=True),
     "RemoteCall": gen_frames("remote", stream=True),
     "PropagateGradients": gen_frames("gradients", stream=True),
