@@ -485,6 +485,7 @@ class Agent:
         self.autograd.close()
         self.rref.close()
         self.caller.fail_all(f"RPC agent of {self.name!r} shut down while the call was pending")
+        self.transport.close_streams()
         if self._stop_server is not None:
             try:
                 self._stop_server(grace)

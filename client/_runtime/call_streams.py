@@ -35,7 +35,8 @@ from .._wire.framing import Frame, decode_frame, encode_frame
 try:  # grpcio's internals: see _Stream
     from grpc import _common
     from grpc._cython import cygrpc
-except ImportError:  # pragma: no cover - another grpcio release
+    _CANCELLED = cygrpc.StatusCode.cancelled
+except (ImportError, AttributeError):  # pragma: no cover - another grpcio release
     cygrpc = None
 
 __all__ = ["Streams", "Watchdog", "StreamFailed"]
@@ -129,21 +130,23 @@ class _Stream:
                 self._drain()
                 raise failure
 
-    def cancel(self) -> None:
-        """Cancel the call (from any thread); the thread in ``exchange`` sees it fail."""
+    def cancel(self) -> bool:
+        """Cancel the call (from any thread; the thread in ``exchange`` sees it fail); whether
+        gRPC took the cancellation."""
         try:
-            self._call.cancel(cygrpc.StatusCode.cancelled, "call stream closed")
+            self._call.cancel(_CANCELLED, "call stream closed")
         except Exception:  # noqa: BLE001 - the channel may be closed already
-            pass
+            return False
+        return True
 
     def close(self) -> None:
         """Cancel the call and take its last events (its completion queue then goes away);
         only from the thread that holds the stream."""
-        self.cancel()
-        try:
-            self._drain()
-        except Exception:  # noqa: BLE001 - the channel may be closed already
-            pass
+        if self.cancel():
+            try:
+                self._drain()
+            except Exception:  # noqa: BLE001 - the channel may be closed already
+                pass
 
     def _drain(self) -> None:
         while self._due:

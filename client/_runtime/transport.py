@@ -407,6 +407,13 @@ class Transport:
                 states[address] = "UNKNOWN"
         return states
 
+    def close_streams(self) -> None:
+        """End this worker's call streams (later blocking calls go unary): a stopping server
+        gives open calls a grace period, so peers stopping at the same time would otherwise
+        wait it out for each other's idle streams."""
+        for stubs in list(self._stubs.values()):
+            stubs.streams.close()
+
     def close(self) -> None:
         """Close every channel; calls still running fail with CANCELLED."""
         with self._lock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import time
 from typing import Any
 
 import numpy as np
@@ -224,3 +225,20 @@ def test_agent_socket_dir_names_its_pid() -> None:
         assert os.path.basename(os.path.dirname(dial)).startswith(f"gw-{os.getpid()}-"), dial
     finally:
         rpc.shutdown(graceful=False)
+
+
+def test_shutdown_with_open_call_streams_does_not_wait_out_the_grace() -> None:
+    from gradwire._runtime import agent as agent_mod
+
+    rpc.init_rpc("solo", 0, 1, solo_options())
+    try:
+        assert rpc.rpc_sync("solo", operator.add, (1, 2)) == 3
+        agent = agent_mod.current()
+        streams = agent.transport._get(agent.peers[0].call_dial).streams  # noqa: SLF001
+        assert streams._open == 1  # noqa: SLF001 - rpc_sync left its stream open
+    finally:
+        started = time.monotonic()
+        rpc.shutdown()
+    # A stopping server gives open calls a grace of up to 2 s: the worker's own idle stream
+    # would hold it that long if the streams were not ended first.
+    assert time.monotonic() - started < 1.8

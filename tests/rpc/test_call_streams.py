@@ -1,0 +1,218 @@
+"""rpc_sync over CallStream: streams reused, bounded, timed out, refused, and the fallbacks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import grpc
+import pytest
+from gradwire import errors
+from gradwire._proto import worker_pb2 as pb
+from gradwire._runtime import agent as agent_mod
+from gradwire._runtime import call_streams
+from gradwire._runtime.call_streams import StreamFailed, Watchdog
+from gradwire._runtime.transport import STREAMS_PER_PEER
+from gradwire._wire import calls
+from gradwire._wire.framing import Frame, decode_frame, encode_frame, one_frame
+from gradwire._wire.pickler import EncodeContext
+from gradwire.distributed import rpc
+
+_ran: list[str] = []
+
+
+def record(tag: str) -> str:
+    _ran.append(tag)
+    return tag
+
+
+def slow(seconds: float) -> str:
+    time.sleep(seconds)
+    return "done"
+
+
+def fail() -> None:
+    raise KeyError("missing key")
+
+
+def _streams() -> Any:
+    """The call streams of this worker to itself (where rpc_sync sends its calls)."""
+    agent = agent_mod.current()
+    peer = agent.peers[0]
+    return agent.transport._get(peer.call_dial).streams  # noqa: SLF001
+
+
+def _open(streams: Any) -> int:
+    return streams._open  # noqa: SLF001
+
+
+def test_sequential_calls_share_one_stream_and_keep_every_outcome(solo: rpc.WorkerInfo) -> None:
+    for i in range(30):
+        assert rpc.rpc_sync("solo", calls_add, (i, 1)) == i + 1
+    streams = _streams()
+    assert _open(streams) == 1
+    with pytest.raises(KeyError, match="missing key"):
+        rpc.rpc_sync("solo", fail)
+    # A remote exception is a reply, not a broken stream.
+    assert _open(streams) == 1
+    assert rpc.rpc_sync("solo", calls_add, ("a", "b")) == "ab"
+    assert _open(streams) == 1
+
+
+def calls_add(a: Any, b: Any) -> Any:
+    return a + b
+
+
+def test_concurrent_calls_open_at_most_the_limit_and_overflow_to_unary(
+    solo: rpc.WorkerInfo,
+) -> None:
+    threads = STREAMS_PER_PEER + 6
+    start = threading.Barrier(threads)
+    results: list[Any] = [None] * threads
+
+    def run(i: int) -> None:
+        start.wait()
+        results[i] = [rpc.rpc_sync("solo", slow, (0.05,)) for _ in range(3)]
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(30)
+    assert results == [["done"] * 3] * threads
+    assert 1 <= _open(_streams()) <= STREAMS_PER_PEER
+
+
+def test_a_timed_out_call_fails_as_a_timeout_and_the_next_call_gets_a_new_stream(
+    solo: rpc.WorkerInfo,
+) -> None:
+    assert rpc.rpc_sync("solo", slow, (0.0,)) == "done"
+    before = _open(_streams())
+    started = time.monotonic()
+    with pytest.raises(errors.RpcTimeoutError, match=r"timed out after 0\.\d+ s"):
+        rpc.rpc_sync("solo", slow, (3.0,), timeout=0.3)
+    elapsed = time.monotonic() - started
+    assert 0.3 <= elapsed < 1.5
+    # The cancelled stream was discarded, not handed to the next call.
+    assert _open(_streams()) == before - 1
+    assert rpc.rpc_sync("solo", slow, (0.01,), timeout=5) == "done"
+    assert rpc.rpc_sync("solo", slow, (0.01,), timeout=0) == "done"  # 0: no deadline
+
+
+def test_without_the_core_call_api_rpc_sync_goes_unary(
+    solo: rpc.WorkerInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = agent_mod.current()
+    address = agent.peers[0].call_dial
+    agent.transport.drop(address)  # the next call builds its stubs again, without streams
+    monkeypatch.setattr(call_streams, "cygrpc", None)
+    served = agent.callee.served
+    assert [rpc.rpc_sync("solo", calls_add, (i, i)) for i in range(5)] == [0, 2, 4, 6, 8]
+    assert agent.callee.served >= served + 5
+    assert _open(agent.transport._get(address).streams) == 0  # noqa: SLF001
+    monkeypatch.undo()
+    agent.transport.drop(address)
+    assert rpc.rpc_sync("solo", calls_add, (1, 1)) == 2
+    assert _open(_streams()) == 1
+
+
+def _call_frame(fn: Any, *args: Any) -> Frame:
+    header = pb.FrameHeader(
+        call=pb.CallHeader(
+            message_id=1,
+            kind=pb.CALL_KIND_PYTHON,
+            function=calls.function_name(fn)[0],
+            timeout_seconds=5,
+        )
+    )
+    first, buffers = calls.encode_body(header, (None, args, {}), EncodeContext())
+    return one_frame(first, buffers)
+
+
+def _addresses(agent: Any) -> list[str]:
+    peer = agent.peers[0]
+    return sorted({peer.dial, peer.call_dial})
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+def test_a_stream_without_the_right_token_runs_nothing(
+    solo: rpc.WorkerInfo, token: str | None
+) -> None:
+    metadata = [("x-gradwire-token", token)] if token else []
+    for address in _addresses(agent_mod.current()):
+        _ran.clear()
+        with grpc.insecure_channel(address) as channel:
+            stream = channel.stream_stream("/gradwire.v1.Worker/CallStream")
+            frames = [encode_frame(_call_frame(record, "intruder"))]
+            with pytest.raises(grpc.RpcError) as info:
+                list(stream(iter(frames), timeout=5, metadata=metadata))
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, address
+            assert ("wrong" if token else "missing") in info.value.details()
+        assert _ran == []
+
+
+def test_one_reply_per_frame_in_order_and_a_malformed_frame_ends_the_stream(
+    solo: rpc.WorkerInfo,
+) -> None:
+    metadata = [("x-gradwire-token", "test-token")]
+    for address in _addresses(agent_mod.current()):
+        _ran.clear()
+        with grpc.insecure_channel(address) as channel:
+            stream = channel.stream_stream("/gradwire.v1.Worker/CallStream")
+            frames = [encode_frame(_call_frame(record, f"call-{i}")) for i in range(4)]
+            replies = [decode_frame(r) for r in stream(iter(frames), timeout=5, metadata=metadata)]
+            assert len(replies) == 4
+            assert [r.header.reply.error.message for r in replies] == [""] * 4
+            assert _ran == ["call-0", "call-1", "call-2", "call-3"], address
+            bad = [encode_frame(_call_frame(record, "before")), b"\x00\xff garbage"]
+            got = stream(iter(bad), timeout=5, metadata=metadata)
+            assert not decode_frame(next(got)).header.reply.HasField("error")
+            with pytest.raises(grpc.RpcError) as info:
+                next(got)
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, address
+            assert info.value.details()
+    # The worker still serves.
+    assert rpc.rpc_sync("solo", calls_add, (2, 3)) == 5
+
+
+class _FakeStream:
+    """Stands in for a stream in the Watchdog's protocol: ``expired`` and ``cancel``."""
+
+    def __init__(self) -> None:
+        self.expired = False
+        self.cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+def test_watchdog_cancels_expired_streams_only() -> None:
+    dog = Watchdog()
+    try:
+        late, soon, done = _FakeStream(), _FakeStream(), _FakeStream()
+        now = time.monotonic()
+        dog.arm(late, now + 30)  # type: ignore[arg-type]
+        dog.arm(done, now + 0.05)  # type: ignore[arg-type]
+        assert dog.disarm(done) is False  # type: ignore[arg-type]
+        # Armed after a later deadline: the watchdog must wake for this nearer one.
+        dog.arm(soon, time.monotonic() + 0.1)  # type: ignore[arg-type]
+        assert soon.cancelled.wait(5)
+        assert soon.expired and dog.disarm(soon) is True  # type: ignore[arg-type]
+        time.sleep(0.1)
+        assert not done.cancelled.is_set() and not done.expired
+        assert not late.cancelled.is_set() and not late.expired
+    finally:
+        dog.close()
+
+
+def test_stream_failures_carry_the_status_map_rpc_error_expects() -> None:
+    from gradwire._runtime.transport import map_rpc_error
+
+    failure = StreamFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline of 0.2 s exceeded")
+    error = map_rpc_error(failure, "peer", "rpc to f", time.monotonic() - 0.2, 0.2)
+    assert isinstance(error, errors.RpcTimeoutError)
+    failure = StreamFailed(grpc.StatusCode.UNAVAILABLE, "the peer ended the call stream")
+    error = map_rpc_error(failure, "peer", "rpc to f", time.monotonic(), 1.0)
+    assert isinstance(error, errors.WorkerUnavailableError)
+    assert "ended the call stream" in str(error)
