@@ -3,7 +3,9 @@
     python benchmarks/rpc_bench.py [--calls 3000] [--sizes 1,16,128]
 
 Measures, between two processes on this machine:
-  * noop rpc_sync latency (p50 / p99), against a raw grpcio unary echo of a small message;
+  * noop rpc_sync latency (p50 / p99), against a raw grpcio unary echo of a small message (the
+    target's baseline) and, for reference, a raw grpcio echo on an open bidirectional stream
+    (gradwire's rpc_sync rides such a stream, see gradwire._runtime.call_streams);
   * rpc_async throughput with 64 calls in flight;
   * echo of 1 / 16 / 128 MiB float32 tensors (GB/s of round-trip payload = 2 * size / time),
     against raw grpcio unary echo of the same bytes;
@@ -17,6 +19,7 @@ import argparse
 import logging
 import multiprocessing as mp
 import os
+import queue
 import secrets
 import shutil
 import socket
@@ -30,6 +33,7 @@ import numpy as np
 
 log = logging.getLogger("rpc_bench")
 _METHOD = "/bench.Echo/Echo"
+_STREAM = "/bench.Echo/Stream"
 
 
 def noop() -> None:
@@ -67,8 +71,16 @@ def _raw_server(port: int, unix_path: str, stop: Any) -> None:
             ("grpc.max_receive_message_length", limit),
         ],
     )
+
+    def echo_stream(requests: Any, context: Any) -> Any:
+        yield from requests
+
     handler = grpc.method_handlers_generic_handler(
-        "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(lambda r, c: r)}
+        "bench.Echo",
+        {
+            "Echo": grpc.unary_unary_rpc_method_handler(lambda r, c: r),
+            "Stream": grpc.stream_stream_rpc_method_handler(echo_stream),
+        },
     )
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"127.0.0.1:{port}")
@@ -207,29 +219,40 @@ def main() -> int:
         raw = channel.unary_unary(_METHOD)
         raw_unix = unix_channel.unary_unary(_METHOD)
         small = b"x" * 64
+        requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        replies = unix_channel.stream_stream(_STREAM)(iter(requests.get, None), timeout=600)
+
+        def stream_echo() -> None:
+            requests.put(small)
+            next(replies)
+
         # Interleaved rounds, so that the load of a shared machine hits every contestant alike.
-        samples: dict[str, list[float]] = {"tcp": [], "unix": [], "gradwire": []}
+        samples: dict[str, list[float]] = {"tcp": [], "unix": [], "stream": [], "gradwire": []}
         contestants = {
             "tcp": lambda: raw(small, timeout=10),
             "unix": lambda: raw_unix(small, timeout=10),
+            "stream": stream_echo,
             "gradwire": lambda: rpc.rpc_sync("peer", noop),
         }
         rounds = 10
         for _ in range(rounds):
             for key, fn in contestants.items():
                 samples[key] += _samples(fn, max(1, ns.calls // rounds))
-        (t50, t99), (u50, u99), (g50, g99) = (
-            _percentiles(samples[k]) for k in ("tcp", "unix", "gradwire")
+        requests.put(None)
+        (t50, t99), (u50, u99), (s50, s99), (g50, g99) = (
+            _percentiles(samples[k]) for k in ("tcp", "unix", "stream", "gradwire")
         )
         for label, p50, p99 in (
             ("raw grpcio unary echo, TCP loopback", t50, t99),
             ("raw grpcio unary echo, Unix socket", u50, u99),
+            ("raw grpcio echo on an open stream, Unix socket", s50, s99),
             ("gradwire noop rpc_sync (Unix socket)", g50, g99),
         ):
             rows.append((f"{label} p50 / p99", f"{p50 * 1e6:.0f} us / {p99 * 1e6:.0f} us"))
         rows.append(
             ("gradwire p50 / raw TCP p50, / raw Unix p50", f"{g50 / t50:.2f}x, {g50 / u50:.2f}x")
         )
+        rows.append(("gradwire p50 / raw stream p50 (reference)", f"{g50 / s50:.2f}x"))
 
         total = max(2000, ns.calls)
         gw_rate = _throughput(lambda: rpc.rpc_async("peer", noop), lambda f: f.wait(), total)

@@ -35,6 +35,7 @@ from .._wire.framing import Frame, decode_frame, encode_frame
 try:  # grpcio's internals: see _Stream
     from grpc import _common
     from grpc._cython import cygrpc
+
     _CANCELLED = cygrpc.StatusCode.cancelled
 except (ImportError, AttributeError):  # pragma: no cover - another grpcio release
     cygrpc = None
@@ -247,9 +248,10 @@ class Streams:
         try:
             stream = self._idle.pop()
         except IndexError:
-            stream = self._new()
-            if stream is None:
+            new = self._new()
+            if new is None:
                 return None
+            stream = new
         if timeout is not None:
             self._watchdog.arm(stream, time.monotonic() + timeout)
         try:
