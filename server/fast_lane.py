@@ -1,6 +1,6 @@
-"""The fast lane: a synchronous gRPC server for the latency-bound unary methods: Call, Gradients
-and the control messages that are answered at once (ReleaseContext, ForkRequest, ChildAck,
-RRefDelete).
+"""The fast lane: a synchronous gRPC server for the latency-bound methods: Call, CallStream (one
+Call per frame on a long-lived stream: what rpc_sync uses), Gradients and the control messages
+that are answered at once (ReleaseContext, ForkRequest, ChildAck, RRefDelete).
 
 Every call the asyncio server (``app.py``) serves crosses two thread switches: the I/O loop hands
 it to the serving pool and the pool hands the reply back to the loop (~170 us of a ~600 us round
