@@ -101,9 +101,11 @@ class _Stream:
     def exchange(self, request: bytes) -> bytes:
         """Send ``request``, return the reply; raises StreamFailed when the stream ends."""
         call = self._call
-        call.operate(
+        if not call.operate(
             (cygrpc.SendMessageOperation(request, 0), cygrpc.ReceiveMessageOperation(0)), _EXCHANGE
-        )
+        ):  # gRPC did not start it: the call is over
+            self.close()
+            raise StreamFailed(grpc.StatusCode.UNAVAILABLE, "the call stream has ended")
         self._due.add(_EXCHANGE)
         failure: StreamFailed | None = None
         while True:
@@ -232,6 +234,7 @@ class Streams:
         if cygrpc is None or not hasattr(core, "segregated_call"):
             log.debug("grpcio without the core call API: rpc_sync uses unary calls")
             limit = 0
+        self._channel = channel  # the core channel closes when the grpc.Channel goes
         self._core = core
         self._method = method.encode()
         self._metadata = metadata
@@ -276,9 +279,11 @@ class Streams:
             self._open += 1
         try:
             return _Stream(self._core, self._method, self._metadata())
-        except BaseException:
+        except BaseException as exc:
             with self._lock:
                 self._open -= 1
+            if isinstance(exc, ValueError):  # grpcio: "Cannot invoke RPC on closed channel!"
+                raise StreamFailed(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
             raise
 
     def _discard(self, stream: _Stream, timeout: float | None) -> None:

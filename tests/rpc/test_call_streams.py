@@ -216,3 +216,104 @@ def test_stream_failures_carry_the_status_map_rpc_error_expects() -> None:
     error = map_rpc_error(failure, "peer", "rpc to f", time.monotonic(), 1.0)
     assert isinstance(error, errors.WorkerUnavailableError)
     assert "ended the call stream" in str(error)
+
+
+class _EchoServer:
+    """A real gRPC server on a loopback port serving CallStream as an echo of each frame (a
+    frame whose pickle is b"sleep" is answered after 2 s)."""
+
+    def __init__(self, port: int = 0) -> None:
+        from concurrent import futures
+
+        def echo(requests: Any, context: Any) -> Any:
+            for raw in requests:
+                if decode_frame(raw).raw[0] == b"sleep":
+                    time.sleep(2)
+                yield raw
+
+        handler = grpc.method_handlers_generic_handler(
+            "gradwire.v1.Worker", {"CallStream": grpc.stream_stream_rpc_method_handler(echo)}
+        )
+        self.server = grpc.server(futures.ThreadPoolExecutor(4))
+        self.server.add_generic_rpc_handlers((handler,))
+        self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
+        self.server.start()
+
+
+def _frame(data: bytes) -> Frame:
+    header = pb.FrameHeader(call=pb.CallHeader(message_id=7), last=True)
+    header.payload.pickle_nbytes = len(data)
+    return Frame(header, [data])
+
+
+def _raw_streams(port: int, dog: Watchdog) -> call_streams.Streams:
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    return call_streams.Streams(channel, "/gradwire.v1.Worker/CallStream", lambda: (), 2, dog)
+
+
+def test_a_stream_whose_server_died_fails_at_once_and_is_not_reused() -> None:
+    dog = Watchdog()
+    echo = _EchoServer()
+    streams = _raw_streams(echo.port, dog)
+    try:
+        for i in range(3):
+            reply = streams.exchange(_frame(b"x%d" % i), 5.0)
+            assert reply is not None and reply.raw[0] == b"x%d" % i
+        assert _open(streams) == 1
+        echo.server.stop(0).wait(5)
+        time.sleep(0.2)
+        for _ in range(2):  # the dead idle stream, then a new one to nobody
+            started = time.monotonic()
+            with pytest.raises(StreamFailed) as info:
+                streams.exchange(_frame(b"y"), 5.0)
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert time.monotonic() - started < 3
+            assert _open(streams) == 0
+        # A server again on the same port: the next call opens a working stream.
+        again = _EchoServer(echo.port)
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    reply = streams.exchange(_frame(b"z"), 5.0)
+                    break
+                except StreamFailed:  # the channel's reconnect backoff
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+            assert reply is not None and reply.raw[0] == b"z"
+        finally:
+            again.server.stop(0)
+    finally:
+        streams.close()
+        dog.close()
+
+
+def test_a_call_past_its_deadline_is_cancelled_by_the_watchdog() -> None:
+    dog = Watchdog()
+    echo = _EchoServer()
+    streams = _raw_streams(echo.port, dog)
+    try:
+        assert streams.exchange(_frame(b"warm"), 5.0) is not None
+        started = time.monotonic()
+        with pytest.raises(StreamFailed) as info:
+            streams.exchange(_frame(b"sleep"), 0.3)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert 0.3 <= time.monotonic() - started < 1.5
+        assert _open(streams) == 0
+        # Both streams busy: the third caller is told to go unary (None), nobody waits.
+        results: list[Any] = []
+        slow_calls = [
+            threading.Thread(target=lambda: results.append(streams.exchange(_frame(b"sleep"), 5)))
+            for _ in range(2)
+        ]
+        for t in slow_calls:
+            t.start()
+        time.sleep(0.5)
+        assert streams.exchange(_frame(b"now"), 5.0) is None
+        for t in slow_calls:
+            t.join(10)
+        assert [r.raw[0] for r in results] == [b"sleep", b"sleep"]
+    finally:
+        streams.close()
+        echo.server.stop(0)
+        dog.close()
