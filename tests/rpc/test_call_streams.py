@@ -19,17 +19,7 @@ from gradwire._wire.framing import Frame, decode_frame, encode_frame, one_frame
 from gradwire._wire.pickler import EncodeContext
 from gradwire.distributed import rpc
 
-_ran: list[str] = []
-
-
-def record(tag: str) -> str:
-    _ran.append(tag)
-    return tag
-
-
-def slow(seconds: float) -> str:
-    time.sleep(seconds)
-    return "done"
+from .test_rpc_local import _ran, record, slow
 
 
 def fail() -> None:
