@@ -150,8 +150,8 @@ class WorkerServicer:
     async def CallStream(  # noqa: N802
         self, frames: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Frame]:
-        """``Call`` once per request frame, each reply sent before the next frame is read (the
-        same-host fast lane serves it too, where callers use it)."""
+        """``Call`` once per request frame, each reply sent before the next frame is read
+        (rpc_sync's transport; same-host callers use the fast lane's)."""
         async for frame in frames:
             await _refuse(frame, context)
             yield await self.Call(frame, context)

@@ -1,8 +1,8 @@
 """The outgoing half of the agent: encode a call, send it, turn the reply into a Future.
 
 ``rpc_sync`` and ``rpc_async`` share this one path; they differ only in how the transport waits
-(a blocking unary call on the caller's thread, which measured fastest, versus a gRPC future
-whose completion is handed to the serving pool). User calls are never retried; control messages
+(on the caller's thread, over a long-lived call stream: see ``call_streams``; versus a unary
+gRPC future whose completion is handed to the serving pool). User calls are never retried; control messages
 are retried with backoff (``send_control``).
 """
 

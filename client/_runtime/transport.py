@@ -1,9 +1,10 @@
 """The caller side of gRPC: channels per peer, the calls, and the one grpc.RpcError mapping.
 
-Channels are synchronous gRPC channels (a blocking unary call on the caller's thread is the
-fastest path measured here); keepalive pings only while calls are active, so an idle worker
-sends nothing and a dead peer is noticed. Every call has a deadline unless the user asked for
-none (timeout 0).
+Channels are synchronous gRPC channels. A blocking single-frame call (rpc_sync) rides one of
+the address's long-lived call streams from the caller's thread (``call_streams``), or a unary
+call when they are all busy. Keepalive pings only while calls are active (an open call stream
+is one), so a dead peer is noticed. Every call has a deadline unless the user asked for none
+(timeout 0); on a stream the transport's watchdog keeps it.
 """
 
 from __future__ import annotations
