@@ -12,11 +12,11 @@ One call at a time per stream, so replies need no ids and the caller's own threa
 reply. When every stream is busy and the limit is reached the call returns None and the caller
 uses a unary call instead: nothing waits for a stream.
 
-A sync gRPC stream has one deadline for its whole life and ``next()`` on its replies cannot time
-out, so each call's deadline is kept by the ``Watchdog``: one thread per transport that cancels
-a stream whose call is past its deadline; the call then fails with DEADLINE_EXCEEDED like a unary
-call would, and the stream is discarded. A stream that fails in any way is discarded; the next
-call opens a new one.
+A gRPC stream has one deadline for its whole life, and the wait for a reply on the call's
+completion queue has none of its own, so each call's deadline is kept by the ``Watchdog``: one
+thread per transport that cancels a stream whose call is past its deadline; the call then fails
+with DEADLINE_EXCEEDED like a unary call would, and the stream is discarded. A stream that fails
+in any way is discarded; the next call opens a new one.
 """
 
 from __future__ import annotations
