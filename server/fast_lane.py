@@ -51,7 +51,8 @@ from .servicer import Undecodable, caller_from_metadata, lenient, status_for
 __all__ = ["start_fast_lane", "FAST_LANE_METHODS"]
 
 log = logging.getLogger(__name__)
-#: The Worker methods the fast lane serves (all unary and answered at once).
+#: The Worker methods the fast lane serves (unary and answered at once, and CallStream, whose
+#: every frame is a Call).
 FAST_LANE_METHODS = ("Call", "CallStream", "Gradients", *FAST_LANE_CONTROL)
 _CONTROL_REQUESTS: dict[str, Any] = {
     "ReleaseContext": pb.ReleaseContextRequest,
