@@ -33,7 +33,7 @@ from .._wire import calls
 from .._wire.exceptions import decode_exception, encode_exception
 from .._wire.framing import Message, one_frame, split
 from .._wire.pickler import EncodeContext
-from ..errors import RpcShutdownError
+from ..errors import RpcShutdownError, SerializationError
 from ..futures import Future, blocking_region
 from . import hooks
 from .dist_autograd import (
@@ -253,8 +253,11 @@ class DistAutogradService(hooks.CallHook):
             message,
             {"policy": agent.policy, "peer": agent.peer_name(caller_id), "worker": agent.name},
         )
-        if not isinstance(grads, list):
-            raise TypeError("PropagateGradients carries a list of gradients")
+        if not isinstance(grads, list):  # a malformed message (found by the fuzzer): refused
+            raise SerializationError(
+                f"PropagateGradients from worker {agent.peer_name(caller_id)!r} carries a "
+                f"{type(grads).__name__}, not a list of gradients"
+            )
         fut = self.engine.on_gradients(
             head.context_id, from_gid(head.message_id), head.pass_id, head.retain_graph, grads
         )

@@ -49,6 +49,7 @@ ALLOWED_DTYPES = frozenset(
 )
 #: NumPy's own limit on dimensions; more is refused before NumPy sees the shape.
 _MAX_NDIM = 64
+_MAX_INDEX = int(np.iinfo(np.intp).max)
 
 
 @dataclass
@@ -241,6 +242,12 @@ class Assembler:
                     f"tensor of {len(meta.shape)} dimensions (max {_MAX_NDIM})"
                 )
             dt = np.dtype(meta.dtype)
+            # NumPy refuses a shape whose nonzero dimensions overflow its index type even when
+            # another dimension is 0 (an empty tensor of shape (0, 2**62)).
+            if math.prod(d for d in meta.shape if d) * dt.itemsize > _MAX_INDEX:
+                raise SerializationError(
+                    f"tensor shape {tuple(meta.shape)} is too large for any array"
+                )
             count = math.prod(meta.shape)  # Python ints: no int64 wraparound
             if meta.nbytes != count * dt.itemsize:
                 raise SerializationError(

@@ -85,6 +85,9 @@ def test_size_limit_checked_before_allocating() -> None:
         (pb.TensorMeta(dtype="object", shape=[1], nbytes=8), "may not travel"),
         (pb.TensorMeta(dtype="float32", shape=[2], nbytes=4), "announced 4 bytes"),
         (pb.TensorMeta(dtype="float32", shape=[-1], nbytes=4), "negative"),
+        # Empty (0 bytes, as announced), but NumPy cannot build it: found by the fuzzer.
+        (pb.TensorMeta(dtype="float32", shape=[0, 2**62], nbytes=0), "too large for any array"),
+        (pb.TensorMeta(dtype="uint8", shape=[2**40, 0, 2**40], nbytes=0), "too large"),
     ],
 )
 def test_forged_tensor_metadata_is_refused(meta: pb.TensorMeta, match: str) -> None:
