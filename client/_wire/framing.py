@@ -242,17 +242,17 @@ class Assembler:
                     f"tensor of {len(meta.shape)} dimensions (max {_MAX_NDIM})"
                 )
             dt = np.dtype(meta.dtype)
-            # NumPy refuses a shape whose nonzero dimensions overflow its index type even when
-            # another dimension is 0 (an empty tensor of shape (0, 2**62)).
-            if math.prod(d for d in meta.shape if d) * dt.itemsize > _MAX_INDEX:
-                raise SerializationError(
-                    f"tensor shape {tuple(meta.shape)} is too large for any array"
-                )
             count = math.prod(meta.shape)  # Python ints: no int64 wraparound
             if meta.nbytes != count * dt.itemsize:
                 raise SerializationError(
                     f"tensor of shape {tuple(meta.shape)} and dtype {meta.dtype} announced "
                     f"{meta.nbytes} bytes"
+                )
+            # NumPy refuses a shape whose nonzero dimensions overflow its index type even when
+            # another dimension is 0 (an empty tensor of shape (0, 2**62)).
+            if math.prod(d for d in meta.shape if d) * dt.itemsize > _MAX_INDEX:
+                raise SerializationError(
+                    f"tensor shape {tuple(meta.shape)} is too large for any array"
                 )
             announced += meta.nbytes
             if not meta.HasField("shm"):
