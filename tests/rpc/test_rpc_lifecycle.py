@@ -228,14 +228,12 @@ def test_agent_socket_dir_names_its_pid() -> None:
 
 
 def test_shutdown_with_open_call_streams_does_not_wait_out_the_grace() -> None:
-    from gradwire._runtime import agent as agent_mod
+    from .test_call_streams import _open, _streams
 
     rpc.init_rpc("solo", 0, 1, solo_options())
     try:
         assert rpc.rpc_sync("solo", operator.add, (1, 2)) == 3
-        agent = agent_mod.current()
-        streams = agent.transport._get(agent.peers[0].call_dial).streams  # noqa: SLF001
-        assert streams._open == 1  # noqa: SLF001 - rpc_sync left its stream open
+        assert _open(_streams()) == 1  # rpc_sync left its stream open
     finally:
         started = time.monotonic()
         rpc.shutdown()
