@@ -47,7 +47,11 @@ class GrpcRpcBackendOptions:
         max_in_flight_per_peer: calls a worker runs at once for one caller; more are refused.
         callable_allow: extra policy patterns (``"mypkg.*"`` or ``"mypkg.mod:func"``).
         callable_deny: patterns refused even if allowed (defaults to the built-in deny list).
-        trust_everything: run and unpickle anything importable (closed networks only).
+        trust_everything: run and unpickle anything importable, unguarded (closed networks
+            only).
+        callable_guard: run callables that only the default lists allow, and the unpickling
+            of payloads, under the guard that refuses files, processes and sockets (on by
+            default; docs/security.md).
         device_maps: per peer name, local device -> peer device, for GPU tensors.
         keepalive_seconds: ping interval on active connections, to notice dead peers.
         use_unix_socket: also serve on a Unix domain socket that peers on the same host dial
@@ -87,6 +91,7 @@ class GrpcRpcBackendOptions:
     callable_allow: tuple[str, ...] = ()
     callable_deny: tuple[str, ...] = DEFAULT_DENY
     trust_everything: bool = False
+    callable_guard: bool = True
     device_maps: dict[str, dict[str, str]] = field(default_factory=dict)
     keepalive_seconds: float = 20.0
     use_unix_socket: bool = True
@@ -140,6 +145,7 @@ class GrpcRpcBackendOptions:
             allow=tuple(self.callable_allow),
             deny=tuple(self.callable_deny),
             trust_everything=self.trust_everything,
+            guard=self.callable_guard,
         )
 
 

@@ -138,14 +138,14 @@ def payload_bytes(first: pb.FrameHeader, frame_bytes: int) -> int:
 
 def resolve_function(policy: Any, name: str, worker: str) -> Any:
     """The function a call names (``"module:qualname"``), resolved through ``policy`` on
-    ``worker``.
+    ``worker``; a callable only the default lists allow comes wrapped to run guarded.
 
     Raises:
         SerializationError: the name is malformed or does not resolve.
         PolicyError: the policy refuses it.
     """
     module, qualname = split_callable(name)
-    return policy.resolve(module, qualname, worker)
+    return policy.resolve_call(module, qualname, worker)
 
 
 __all__ += ["split_callable", "resolve_function", "total_bytes", "payload_bytes"]

@@ -24,6 +24,7 @@ import numpy as np
 from .._proto import worker_pb2 as pb
 from ..errors import PolicyError, SerializationError
 from . import tensors
+from . import guard
 from .policy import CallablePolicy
 
 __all__ = [
@@ -196,7 +197,8 @@ class _Unpickler(pickle.Unpickler):
         self._ctx = ctx
 
     def find_class(self, module: str, name: str) -> Any:
-        return self._ctx.policy.resolve(module, name, self._ctx.worker, what="global")
+        with guard.suspended():  # resolving may import the program's own modules
+            return self._ctx.policy.resolve(module, name, self._ctx.worker, what="global")
 
     def persistent_load(self, pid: Any) -> Any:
         if not isinstance(pid, tuple) or not pid or pid[0] not in _decoders:
@@ -204,7 +206,8 @@ class _Unpickler(pickle.Unpickler):
         try:
             return self._ctx.memo[pid]
         except (KeyError, TypeError):
-            obj = _decoders[pid[0]](pid, self._ctx)
+            with guard.suspended():  # gradwire's own decoders (shared memory, RRef forks)
+                obj = _decoders[pid[0]](pid, self._ctx)
         try:
             self._ctx.memo[pid] = obj
         except TypeError:  # unhashable reference: no aliasing
@@ -309,7 +312,13 @@ def loads(data: Any, ctx: DecodeContext) -> Any:
         except _NotPlain:
             pass
         _register_tensor_types()
-        return _Unpickler(io.BytesIO(data), ctx).load()
+        unpickler = _Unpickler(io.BytesIO(data), ctx)
+        if not ctx.policy.guarded:
+            return unpickler.load()
+        # What the pickle's opcodes call (constructors, __setstate__) runs guarded.
+        src = f" from worker {ctx.peer!r}" if ctx.peer else ""
+        with guard.guarded(f"unpickling a payload{src}", ctx.worker):
+            return unpickler.load()
     except PropagateError as exc:
         raise exc.error from None
     except (PolicyError, SerializationError):

@@ -35,7 +35,13 @@ def _worker(rank: int, world_size: int, port: int, cfg: JobConfig, target: float
     from ..distributed import rpc
 
     names = ["ps"] + [f"trainer{i}" for i in range(world_size - 1)]
-    opts = rpc.GrpcRpcBackendOptions(init_method=f"tcp://127.0.0.1:{port}", rpc_timeout=120)
+    # The demo is a program shipped inside gradwire: it opens the policy for its own modules,
+    # as any program whose code lives in an installed package does (docs/security.md).
+    opts = rpc.GrpcRpcBackendOptions(
+        init_method=f"tcp://127.0.0.1:{port}",
+        rpc_timeout=120,
+        callable_allow=("gradwire.demo.*",),
+    )
     rpc.init_rpc(names[rank], rank, world_size, opts)
     failed = False
     try:

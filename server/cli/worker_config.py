@@ -176,6 +176,15 @@ JOIN_SETTINGS: tuple[Setting, ...] = (
         default=False,
     ),
     Setting(
+        "no_callable_guard",
+        "--no-callable-guard",
+        "GRADWIRE_NO_CALLABLE_GUARD",
+        "run default-allowed callables without the guard that refuses files, processes and "
+        "sockets (trusted clusters only)",
+        kind="bool",
+        default=False,
+    ),
+    Setting(
         "allow_insecure",
         "--allow-insecure",
         "GRADWIRE_ALLOW_INSECURE",
@@ -307,6 +316,7 @@ class WorkerConfig:
             callable_allow=tuple(v["allow"]),
             callable_deny=DEFAULT_DENY + tuple(v["deny"]),
             trust_everything=v["trust_everything"],
+            callable_guard=not v["no_callable_guard"],
             use_unix_socket=v["unix_socket"],
         )
 

@@ -36,6 +36,8 @@ class _LocalOptimizer:
             raise TypeError(
                 f"DistributedOptimizer needs a gradwire.optim.Optimizer subclass, got {optimizer_class!r}"
             )
+        if not all(isinstance(r, rpc.RRef) for r in param_rrefs):
+            raise TypeError("DistributedOptimizer needs RRefs of parameters")
         self.params = [r.local_value() for r in param_rrefs]
         self.optim = optimizer_class(self.params, *args, **kwargs)
 
@@ -53,7 +55,14 @@ def _new_local_optimizer(
 
 
 def _local_step(optim_rref: Any, context_id: int) -> int:
-    return optim_rref.local_value().step(context_id)
+    local = optim_rref.local_value() if isinstance(optim_rref, rpc.RRef) else None
+    if not isinstance(local, _LocalOptimizer):
+        # A peer names this step: it runs only on the optimizers DistributedOptimizer made.
+        raise TypeError(
+            "a distributed optimizer step needs the RRef of a local optimizer made by "
+            f"DistributedOptimizer, got {type(local if local is not None else optim_rref).__name__}"
+        )
+    return local.step(context_id)
 
 
 class DistributedOptimizer:

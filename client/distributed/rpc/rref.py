@@ -31,6 +31,7 @@ from ..._runtime.rref_protocol import RRefHandle
 from ..._runtime.rref_wire import fork_data_from_pb, fork_data_to_pb
 from ..._runtime.workers import WorkerInfo
 from ..._wire import pickler
+from ..._wire.policy import CallablePolicy
 from ...errors import RpcTimeoutError, RRefError, SerializationError
 from ...futures import Future
 from .functions import async_execution
@@ -365,14 +366,29 @@ def _proxy_call(
 
 @async_execution
 def _call_method(name: str, rref: RRef[Any], *args: Any, **kwargs: Any) -> Future[Any]:
-    """On the owner: ``getattr(value, name)(*args, **kwargs)``, honouring async_execution."""
-    method = getattr(rref.local_value(), name)
-    result = method(*args, **kwargs)
-    if getattr(method, ASYNC_EXECUTION_ATTR, False):
-        return result
+    """On the owner: the value's method ``name`` called with the arguments, honouring
+    async_execution. The method is resolved through the worker's callable policy
+    (``CallablePolicy.resolve_member``: no dunder or private name, no member of a type the
+    policy does not allow) and runs guarded when only the default lists allow it."""
+    if not isinstance(rref, RRef):
+        raise TypeError(f"an RRef method call needs an RRef, got {type(rref).__name__}")
+    agent = _agent.current_or_none()
+    policy = agent.policy if agent is not None else _LOCAL_POLICY
+    worker = agent.name if agent is not None else ""
+    value = rref.local_value()
+    method, verdict = policy.resolve_member(value, name, worker)
+    is_async = bool(getattr(method, ASYNC_EXECUTION_ATTR, False))
+    what = f"{type(value).__module__}:{type(value).__qualname__}.{name}"
+    result = policy.runnable(method, verdict, what, worker, cache=False)(*args, **kwargs)
+    if is_async:
+        return result  # type: ignore[no-any-return]
     out: Future[Any] = Future()
     out.set_result(result)
     return out
+
+
+#: The policy of a proxy call served with no agent running (only in-process tests).
+_LOCAL_POLICY = CallablePolicy()
 
 
 def _backward_here(value: Any, ctx_id: int, retain_graph: bool) -> None:
@@ -390,4 +406,6 @@ def _backward_here(value: Any, ctx_id: int, retain_graph: bool) -> None:
 
 def _backward_on_owner(rref: RRef[Any], ctx_id: int, retain_graph: bool) -> None:
     """On the owner: backward from the RRef's value (RRef.backward on a user)."""
+    if not isinstance(rref, RRef):
+        raise TypeError(f"RRef.backward needs an RRef, got {type(rref).__name__}")
     _backward_here(rref.local_value(), ctx_id, retain_graph)
