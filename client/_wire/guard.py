@@ -3,7 +3,8 @@
 Defence in depth behind the callable policy. A Python audit hook (PEP 578) watches the
 events that reach outside the process: opening files, starting processes or threads, sockets,
 file-system changes, ``ctypes``, ``mmap`` of a file, compiling or executing code, and importing
-a module not yet loaded. While a thread runs *guarded* code (a callable that only the reviewed
+a module not yet loaded (except modules of the standard library, gradwire and NumPy, which
+their lazy imports need). While a thread runs *guarded* code (a callable that only the reviewed
 default lists allow, or the unpickling of a peer's payload), such an event raises
 :class:`PolicyError`, naming the event and the callable; the operation does not happen, the
 error reaches the caller and the worker goes on serving. The program's own code and names the
@@ -15,7 +16,9 @@ it returns after reading one thread-local attribute.
 
 from __future__ import annotations
 
+import os
 import sys
+import sysconfig
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -72,11 +75,79 @@ _installed = False
 _install_lock = threading.Lock()
 
 
+#: Packages whose callables the default lists allow: their own lazy imports (and the reads of
+#: their code, and the bytecode cache that goes with them) are part of the reviewed surface, and
+#: so are the standard library's modules that they import.
+_LIBRARIES = ("gradwire", "numpy")
+_STDLIB_DIRS = tuple(
+    os.path.realpath(p) + os.sep
+    for key in ("stdlib", "platstdlib")
+    if (p := sysconfig.get_paths().get(key))
+)
+_STDLIB_MODULES = frozenset(getattr(sys, "stdlib_module_names", ()))
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _library_dirs() -> tuple[str, ...]:
+    dirs = list(_STDLIB_DIRS)
+    for name in (*_LIBRARIES, "gradwire.server"):  # gradwire.server has a folder of its own
+        module = sys.modules.get(name)
+        for path in getattr(module, "__path__", None) or ():
+            dirs.append(os.path.realpath(path) + os.sep)
+    return tuple(dirs)
+
+
+def _library_file(path: Any, write: bool) -> bool:
+    """A file of gradwire's or NumPy's own code (or its bytecode cache, when ``write``)."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, str):
+        return False
+    real = os.path.realpath(path)
+    if not (real + os.sep).startswith(_library_dirs()):
+        return False
+    return not write or f"{os.sep}__pycache__" in real
+
+
+def _library_source(path: Any) -> bool:
+    """A module of gradwire or NumPy being compiled or run as it is imported."""
+    return (
+        isinstance(path, str)
+        and path.endswith(".py")
+        and os.path.isfile(path)
+        and _library_file(path, False)
+    )
+
+
+def _library_event(event: str, args: tuple[Any, ...]) -> bool:
+    """True for the file events of importing a module of gradwire or NumPy."""
+    if not args:
+        return False
+    if event == "open":
+        mode, flags = (args[1:3] + (None, None))[:2]
+        write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and bool(flags & _WRITE_FLAGS) and mode is None
+        )
+        return _library_file(args[0], write)
+    if event in ("os.listdir", "os.scandir"):
+        return _library_file(args[0], False)
+    if event in ("os.mkdir", "os.rename"):
+        return _library_file(args[0], True)
+    if event == "compile" and len(args) > 1:
+        return _library_source(args[1])
+    if event == "exec":
+        return _library_source(getattr(args[0], "co_filename", None))
+    return False
+
+
 def _refused(event: str, args: tuple[Any, ...]) -> bool:
     if event in REFUSED_EVENTS or event.startswith(REFUSED_PREFIXES):
-        return True
+        return not _library_event(event, args)
     if event == "import":
-        return bool(args) and args[0] not in sys.modules
+        if not args or args[0] in sys.modules:
+            return False
+        top = str(args[0]).partition(".")[0]
+        return top not in _LIBRARIES and top not in _STDLIB_MODULES
     if event == "mmap.__new__":
         return bool(args) and args[0] != -1  # a file mapping (anonymous memory is fine)
     return False
@@ -89,7 +160,9 @@ def _describe(event: str, args: tuple[Any, ...]) -> str:
         return f"import module {args[0]!r}"
     if event == "socket.connect" and len(args) > 1:
         return f"connect a socket to {args[1]!r}"
-    if event in ("subprocess.Popen", "os.system", "os.posix_spawn") and len(args) > 1:
+    if event == "os.system":
+        return f"start a process (os.system {args[0]!r})"
+    if event in ("subprocess.Popen", "os.posix_spawn") and len(args) > 1:
         return f"start a process ({event} {args[1]!r})"
     return f"raise audit event {event!r}"
 

@@ -97,10 +97,10 @@ GRADWIRE_NAMESPACES: tuple[str, ...] = (
 )
 
 _ARRAY_METHODS = """
-    all any argmax argmin argpartition argsort astype byteswap choose clip compress conj
-    conjugate copy cumprod cumsum diagonal dot fill flatten getfield item max mean min nonzero
-    partition prod put ravel repeat reshape resize round searchsorted setfield sort squeeze std
-    sum swapaxes take to_device tobytes tolist trace transpose var view
+    all any argmax argmin argsort astype byteswap choose clip compress conj conjugate copy
+    cumprod cumsum diagonal fill flatten getfield item max mean min nonzero prod put ravel
+    repeat reshape resize round searchsorted setfield sort squeeze std sum swapaxes take
+    to_device tobytes tolist trace transpose var view
 """
 
 ALLOWED: frozenset[str] = _names(
@@ -150,7 +150,7 @@ numpy: bool bool_ byte bytes_ cdouble character clongdouble complex128 complex25
     generic half inexact int16 int32 int64 int8 int_ intc integer intp long longdouble longlong
     number object_ short signedinteger single str_ timedelta64 ubyte uint uint16 uint32 uint64
     uint8 uintc uintp ulong ulonglong unsignedinteger ushort void
-numpy:ndarray. """
+numpy:ndarray. argpartition dot partition """
     + _ARRAY_METHODS
     + """
 numpy:generic. """
@@ -268,7 +268,7 @@ operator: abs add and_ concat contains countOf eq floordiv ge getitem gt iadd ia
 math: acos acosh asin asinh atan atan2 atanh cbrt ceil comb copysign cos cosh degrees dist erf
     erfc exp exp2 expm1 fabs factorial floor fmod frexp fsum gamma gcd hypot isclose isfinite
     isinf isnan isqrt lcm ldexp lgamma log log10 log1p log2 modf nextafter perm pow prod radians
-    remainder sin sinh sqrt sumprod tan tanh trunc ulp
+    remainder sin sinh sqrt tan tanh trunc ulp
 collections: Counter OrderedDict defaultdict deque
 datetime: date datetime time timedelta timezone
 fractions: Fraction

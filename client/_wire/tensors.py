@@ -17,7 +17,15 @@ from ..errors import SerializationError
 from . import shm
 from .framing import ALLOWED_DTYPES, byte_view
 
-__all__ = ["KIND_TENSOR", "KIND_PARAMETER", "KIND_NDARRAY", "pack", "unpack", "tensor_classes"]
+__all__ = [
+    "KIND_TENSOR",
+    "KIND_PARAMETER",
+    "KIND_NDARRAY",
+    "pack",
+    "unpack",
+    "tensor_classes",
+    "check_within_base",
+]
 
 KIND_TENSOR, KIND_PARAMETER, KIND_NDARRAY = "tensor", "parameter", "ndarray"
 
@@ -79,6 +87,7 @@ def pack(
                 f"rpc_backend_options.set_device_map({peer!r}, {{{device!r}: 'cuda:N' or 'cpu'}})"
             )
         arr = arr.get()  # device -> host copy; the receiver moves it to `target`
+    check_within_base(arr, peer)
     meta = pb.TensorMeta(
         dtype=arr.dtype.name,
         shape=arr.shape,
@@ -93,6 +102,61 @@ def pack(
         meta.shm.CopyFrom(ref)
         return meta, memoryview(b"")
     return meta, byte_view(np.ascontiguousarray(arr))
+
+
+def _extent(arr: np.ndarray) -> tuple[int, int]:
+    """The bytes ``[lo, hi)`` an array's elements span (its strides may be negative)."""
+    lo = hi = int(arr.__array_interface__["data"][0])
+    for n, stride in zip(arr.shape, arr.strides):
+        if stride > 0:
+            hi += stride * (n - 1)
+        else:
+            lo += stride * (n - 1)
+    return lo, hi + arr.itemsize
+
+
+def _owner_extent(arr: np.ndarray) -> tuple[int, int] | None:
+    """The bytes of the allocation ``arr`` was made from, or None when it cannot be told."""
+    node = arr
+    for _ in range(64):  # a chain of views; each step goes one base down
+        base = node.base
+        if base is None:
+            return _extent(node)
+        if isinstance(base, np.ndarray):
+            node = base
+            continue
+        try:
+            raw = np.frombuffer(base, dtype=np.uint8)  # bytes, memoryview, mmap, shared memory
+        except (TypeError, ValueError):
+            inner = getattr(base, "base", None)  # as_strided keeps its source here
+            if not isinstance(inner, np.ndarray):
+                return None
+            node = inner
+            continue
+        return _extent(raw)
+    return None
+
+
+def check_within_base(arr: np.ndarray, peer: str = "") -> None:
+    """Refuse an array whose elements lie outside the memory it was made from (a view built
+    from unchecked strides or offset, which would send whatever memory lies past its buffer).
+
+    Raises:
+        SerializationError: naming the array's shape and strides.
+    """
+    if arr.base is None or arr.size == 0:
+        return
+    owner = _owner_extent(arr)
+    if owner is None:
+        return
+    lo, hi = _extent(arr)
+    if lo < owner[0] or hi > owner[1]:
+        dest = f" to worker {peer!r}" if peer else ""
+        raise SerializationError(
+            f"refusing to send an array{dest} whose memory lies outside its base buffer "
+            f"(shape {arr.shape}, strides {arr.strides}: a view made with unchecked strides "
+            "or offset); send a copy of valid data instead"
+        )
 
 
 def unpack(meta: pb.TensorMeta, arr: np.ndarray) -> Any:
