@@ -113,8 +113,8 @@ def _round(guard: bool, calls: int) -> dict[str, float]:
     try:
         result: dict[str, float] = out.get(timeout=600)
     finally:
+        stop.set()  # both shut down together (the shutdown barrier waits for every worker)
         caller.join(60)
-        stop.set()
         peer.join(60)
     return result
 

@@ -33,6 +33,7 @@ from typing import Any
 import grpc
 
 from .._proto import worker_pb2 as pb
+from .._wire import guard
 from ..errors import (
     RpcInitError,
     RpcNotInitializedError,
@@ -202,6 +203,8 @@ class Agent:
         self.world_size = world_size
         self.options = options
         self.policy = options.policy()
+        if self.policy.guarded:
+            guard.install()  # the audit hook, once per process (docs/security.md)
         self.plan = plan(options.init_method, rank, world_size, options.listen_address)
         self.state = AgentState.UNINITIALIZED
         self.pool = ServingPool(options.num_worker_threads, name=f"gradwire-{name}")
