@@ -23,8 +23,7 @@ import numpy as np
 
 from .._proto import worker_pb2 as pb
 from ..errors import PolicyError, SerializationError
-from . import tensors
-from . import guard
+from . import guard, tensors
 from .policy import CallablePolicy
 
 __all__ = [

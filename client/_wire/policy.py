@@ -40,7 +40,8 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import PolicyError
-from . import guard, policy_lists
+from . import policy_lists
+from .guard import Guarded
 
 __all__ = [
     "CallablePolicy",
@@ -247,7 +248,7 @@ class CallablePolicy:
         init=False, repr=False, compare=False, default_factory=dict
     )
 
-    _guarded: dict[tuple[str, str], guard.Guarded] = field(
+    _guarded: dict[tuple[str, str], Guarded] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
 
@@ -274,7 +275,9 @@ class CallablePolicy:
         return decided
 
     def _user_allowed(self, module: str, full: str) -> bool:
-        return any(fnmatch.fnmatchcase(module, p) or fnmatch.fnmatchcase(full, p) for p in self.allow)
+        return any(
+            fnmatch.fnmatchcase(module, p) or fnmatch.fnmatchcase(full, p) for p in self.allow
+        )
 
     def _decide(self, module: str, qualname: str) -> Verdict:
         if self.trust_everything:
@@ -411,17 +414,17 @@ class CallablePolicy:
     def runnable(
         self, obj: Any, verdict: Verdict, what: str, worker: str = "", cache: bool = True
     ) -> Any:
-        """``obj`` itself, or a :class:`guard.Guarded` around it for a DEFAULT verdict
+        """``obj`` itself, or a :class:`Guarded` around it for a DEFAULT verdict
         (``cache``: keep the wrapper for the next call of the same name)."""
         if verdict is not Verdict.DEFAULT or not self.guarded:
             return obj
         if not cache:
-            return guard.Guarded(obj, what, worker)
+            return Guarded(obj, what, worker)
         key = (what, worker)
         hit = self._guarded.get(key)
         if hit is not None and hit.fn is obj:
             return hit
-        wrapped = guard.Guarded(obj, what, worker)
+        wrapped = Guarded(obj, what, worker)
         if len(self._guarded) < 4096:  # bounded: names come from the network
             self._guarded[key] = wrapped
         return wrapped
@@ -448,8 +451,10 @@ class CallablePolicy:
             raise self.refusal(subject, worker, "a private or dunder name")
         found = _find_member(type(value), name)
         inst = getattr(value, "__dict__", None)
-        if isinstance(inst, dict) and name in inst and not (
-            found is not None and hasattr(type(found[1]), "__set__")
+        if (
+            isinstance(inst, dict)
+            and name in inst
+            and not (found is not None and hasattr(type(found[1]), "__set__"))
         ):
             found = None  # an instance attribute shadows a plain class attribute
         if found is not None:
@@ -494,21 +499,24 @@ def _find_member(cls: type, name: str) -> tuple[type, Any] | None:
 
 
 def _is_routine(obj: Any) -> bool:
-    return isinstance(
-        obj,
-        (
-            types.FunctionType,
-            types.BuiltinFunctionType,
-            types.MethodType,
-            types.MethodDescriptorType,
-            types.ClassMethodDescriptorType,
-            types.WrapperDescriptorType,
-            types.MethodWrapperType,
-            staticmethod,
-            classmethod,
-            type,
-        ),
-    ) or type(obj).__name__ == "ufunc"
+    return (
+        isinstance(
+            obj,
+            (
+                types.FunctionType,
+                types.BuiltinFunctionType,
+                types.MethodType,
+                types.MethodDescriptorType,
+                types.ClassMethodDescriptorType,
+                types.WrapperDescriptorType,
+                types.MethodWrapperType,
+                staticmethod,
+                classmethod,
+                type,
+            ),
+        )
+        or type(obj).__name__ == "ufunc"
+    )
 
 
 def _describe(obj: Any) -> str:

@@ -151,7 +151,12 @@ def test_a_chain_of_proxied_calls_reaches_os_system_only_when_trusted(
         for value, (name, args) in zip(values, steps[1:]):
             if name == "get":
                 continue  # dict.get is a plain builtin method; the dict was out of reach
-            _refused(lambda: rpc.rpc_sync("solo", _call_method, (name, rpc.RRef(value), *args)))
+            _refused(
+                lambda n=name, v=value, a=args: rpc.rpc_sync(
+                    "solo", _call_method, (n, rpc.RRef(v), *a)
+                ),
+                repr(name),
+            )
         assert not marker.exists()
         return
     for name, args in steps:

@@ -74,12 +74,13 @@ class Probe:
             f"http://{self.address[0]}:{self.address[1]}/",
         ]
 
-    def assert_nothing_escaped(self) -> None:
-        assert sorted(p.name for p in self.root.iterdir()) == self.files, "a file was created"
+    def assert_nothing_escaped(self, after: str = "") -> None:
+        files = sorted(p.name for p in self.root.iterdir())
+        assert files == self.files, f"a file was created {after}"
         with pytest.raises(BlockingIOError):
             self.listener.accept()  # nobody connected
-        assert _children() <= self.children, "a process was started"
-        assert not _escapes, _escapes
+        assert _children() <= self.children, f"a process was started {after}"
+        assert not _escapes, (after, _escapes)
 
 
 def _children() -> set[int]:
@@ -140,9 +141,10 @@ def _crafted_args(fn: Any, values: list[Any]) -> list[tuple[tuple[Any, ...], dic
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         params = []
-    positional = [
-        p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ] or [None, None]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)] or [
+        None,
+        None,
+    ]
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     for value in values:
         calls.append(((value,), {}))
@@ -167,7 +169,7 @@ def test_every_default_allowed_callable_stays_inside_the_process(probe: Probe) -
             except Exception:  # noqa: BLE001 - refusals and TypeErrors are both fine here
                 pass
             calls += 1
-        probe.assert_nothing_escaped()
+        probe.assert_nothing_escaped(f"after calls of {name}")
     assert calls > 5000
     assert rpc.rpc_sync("solo", operator.add, (1, 2)) == 3
 

@@ -381,7 +381,7 @@ def _call_method(name: str, rref: RRef[Any], *args: Any, **kwargs: Any) -> Futur
     what = f"{type(value).__module__}:{type(value).__qualname__}.{name}"
     result = policy.runnable(method, verdict, what, worker, cache=False)(*args, **kwargs)
     if is_async:
-        return result  # type: ignore[no-any-return]
+        return result
     out: Future[Any] = Future()
     out.set_result(result)
     return out
