@@ -37,6 +37,9 @@ from gradwire.distributed.rpc.rref import _call_method
 
 from .conftest import solo_options
 
+# The crafted arguments make NumPy warn (a path where a flag belongs); the warnings are expected.
+pytestmark = pytest.mark.filterwarnings("ignore")
+
 _WATCHED = ("open", "os.system", "subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec")
 _WATCHED += ("socket.connect", "socket.bind", "os.remove", "os.rename", "os.mkdir", "shutil.")
 _escapes: list[str] = []
