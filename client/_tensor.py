@@ -41,7 +41,7 @@ class Tensor:
     ``backward()`` can compute gradients.
     """
 
-    __slots__ = ("_data", "_version", "__weakref__", "__dict__")
+    __slots__ = ("_data", "_vc", "__weakref__", "__dict__")
     __array_priority__ = 1000  # make ndarray <op> Tensor defer to Tensor
 
     # Autograd metadata defaults live on the class: a new tensor (one per op) sets only its
@@ -106,7 +106,7 @@ class Tensor:
 
     def _init(self, arr: Any) -> None:
         self._data = arr
-        self._version = _VersionCounter()
+        self._vc = _VersionCounter()
 
     @classmethod
     def _wrap(cls, arr: Any, requires_grad: bool = False) -> Tensor:
@@ -116,7 +116,7 @@ class Tensor:
             arr = np.asarray(arr)
         t = object.__new__(cls)  # bypass subclass __new__ (Parameter's wraps a Tensor)
         t._data = arr
-        t._version = _VersionCounter()
+        t._vc = _VersionCounter()
         if requires_grad:
             t._requires_grad = True
         return t
@@ -184,8 +184,10 @@ class Tensor:
         return self._inference
 
     @property
-    def _version_value(self) -> int:
-        return self._version.value
+    def _version(self) -> int:
+        """PyTorch's ``Tensor._version``: in-place ops increase it; views share it with their
+        base (one counter, ``_vc``)."""
+        return self._vc.value
 
     # ---------------------------------------------------------------- autograd metadata
     @property
@@ -321,7 +323,7 @@ class Tensor:
     def detach(self) -> Tensor:
         """A new tensor sharing storage (and version counter) but outside the graph."""
         t = Tensor._wrap(self._data)
-        t._version = self._version
+        t._vc = self._vc
         t._base = self._base
         t._inference = self._inference
         return t

@@ -67,7 +67,7 @@ def _inplace(
             # Through a view: the base takes a CopySlices node; the view (and its siblings)
             # rebuild their history from the base on next use, as the version moved.
             inplace_on_view(self, compute)
-            self._version.value += 1
+            self._vc.value += 1
             return self
         snap = Tensor._wrap(self._data.copy(), self._requires_grad)
         snap._grad_fn, snap._output_nr = self._grad_fn, self._output_nr
@@ -78,7 +78,7 @@ def _inplace(
         with no_grad():
             out = compute(self)
         _write(self, out._data)
-    self._version.value += 1
+    self._vc.value += 1
     return self
 
 
@@ -116,7 +116,7 @@ def _fast_inplace(self: Tensor, ufunc: Any, other: Any, others: tuple[Any, ...])
         raise RuntimeError(
             f"output with shape {list(self._data.shape)} doesn't match the broadcast shape"
         ) from None
-    self._version.value += 1
+    self._vc.value += 1
     return True
 
 
@@ -165,7 +165,7 @@ def fill_(self: Tensor, value: Any) -> Tensor:
         number = value.item() if isinstance(value, Tensor) else value
         return _inplace(self, lambda s: B.Fill.apply(s, value=number))
     self._data[...] = value._data if isinstance(value, Tensor) else value
-    self._version.value += 1
+    self._vc.value += 1
     return self
 
 
@@ -177,7 +177,7 @@ def copy_(self: Tensor, src: Tensor, non_blocking: bool = False) -> Tensor:
         return _inplace(self, lambda s: B.CopyFrom.apply(s, src_here), (src,))
     _check_inplace(self)
     self._data[...] = src_here._data
-    self._version.value += 1
+    self._vc.value += 1
     return self
 
 
@@ -416,10 +416,10 @@ def view(self: Tensor, *shape: Any) -> Tensor:
 def view_as_self(self: Tensor) -> Tensor:
     t = Tensor._wrap(self._data.view())
     t._base = self._base if self._base is not None else self
-    t._version = self._version
+    t._vc = self._vc
     t._inference = self._inference
     # Replayable like any view, so an in-place op through it can be recorded (views.py).
-    t._view_meta = (self, M.Reshape, {"shape": self._data.shape}, self._version.value)
+    t._view_meta = (self, M.Reshape, {"shape": self._data.shape}, self._vc.value)
     return t
 
 

@@ -5,9 +5,11 @@ The tree::
     GradwireError                         base of everything below
     ├── InvalidFutureStateError           a Future completed twice (also RuntimeError)
     ├── FuturePicklingError               a Future was pickled or sent over RPC (also TypeError)
-    └── RpcError                          something went wrong around an RPC
+    ├── ArgumentError                     an invalid argument where PyTorch raises RuntimeError
+    │                                     (also RuntimeError and ValueError)
+    └── RpcError                          something went wrong around an RPC; every RpcError is
+        │                                 also a RuntimeError, as PyTorch raises there
         ├── RpcNotInitializedError        an rpc verb used before init_rpc or after shutdown
-        │                                 (also RuntimeError)
         ├── RpcInitError                  rendezvous failed: bad name, duplicate name or rank,
         │                                 world size mismatch, a rank never joined, insecure setup
         ├── UnknownWorkerError            `to` names no worker, or a rank out of range or not an
@@ -25,8 +27,8 @@ The tree::
         │                                 (also ConnectionError)
         ├── RpcShutdownError              the local agent shut down while the call was pending
         ├── RRefError                     an RRef used the wrong way: local_value() on a user,
-        │   │                             pickled outside an RPC, used after shutdown
-        │   │                             (also RuntimeError)
+        │   │                             pickled outside an RPC, used after shutdown,
+        │   │                             backward() on a user without a context id
         │   └── RRefLeakError             shutdown found OwnerRRefs still referenced and the
         │                                 leak check was asked to fail (rref_leak_check="error")
         └── RemoteError                   user code raised on the callee. When the remote type can
@@ -49,6 +51,7 @@ __all__ = [
     "GradwireError",
     "InvalidFutureStateError",
     "FuturePicklingError",
+    "ArgumentError",
     "RpcError",
     "RpcNotInitializedError",
     "RpcInitError",
@@ -80,11 +83,15 @@ class FuturePicklingError(GradwireError, TypeError):
     """Raised when a Future is pickled (for example passed as an RPC argument)."""
 
 
-class RpcError(GradwireError):
-    """Base class of errors around remote calls."""
+class RpcError(GradwireError, RuntimeError):
+    """Base class of errors around remote calls (a RuntimeError, as PyTorch raises there)."""
 
 
-class RpcNotInitializedError(RpcError, RuntimeError):
+class ArgumentError(GradwireError, ValueError, RuntimeError):
+    """Raised for an invalid argument where PyTorch raises RuntimeError (also a ValueError)."""
+
+
+class RpcNotInitializedError(RpcError):
     """Raised by an rpc verb called before ``init_rpc`` or after ``shutdown``."""
 
 
@@ -141,7 +148,7 @@ class RpcShutdownError(RpcError):
     """Raised on calls still pending when the local agent shuts down without waiting."""
 
 
-class RRefError(RpcError, RuntimeError):
+class RRefError(RpcError):
     """Raised when an RRef is used in a way the RRef protocol does not allow."""
 
 

@@ -228,13 +228,19 @@ class Future(Generic[T]):
 def collect_all(futures: Iterable[Future[Any]]) -> Future[list[Future[Any]]]:
     """Return a Future completed with the list of ``futures`` once all of them are done.
 
-    Failures do not fail the combined future: inspect each element.
+    As in PyTorch, the combined future fails at once, with that error, when one of the
+    futures fails (the first to fail, in completion order); otherwise its value is the same
+    list of (completed) futures.
 
     Args:
         futures: the futures to gather.
 
     Returns:
-        A Future whose value is the same list of (completed) futures.
+        A Future whose value is the list of futures, or whose error is the first failure.
+
+    Example:
+        >>> both = collect_all([rpc.rpc_async("w1", f), rpc.rpc_async("w2", f)])
+        >>> [fut.value() for fut in both.wait()]
     """
     items = list(futures)
     out: Future[list[Future[Any]]] = Future()
@@ -244,12 +250,18 @@ def collect_all(futures: Iterable[Future[Any]]) -> Future[list[Future[Any]]]:
         out.set_result(items)
         return out
 
-    def one_done(_: Future[Any]) -> None:
+    def one_done(fut: Future[Any]) -> None:
+        error = fut.exception()
         with lock:
+            if out.done():
+                return
             remaining[0] -= 1
-            last = remaining[0] == 0
-        if last:
-            out.set_result(items)
+            if error is None and remaining[0]:
+                return
+            if error is not None:
+                out.set_exception(error)
+            else:
+                out.set_result(items)
 
     for fut in items:
         fut.add_done_callback(one_done)
@@ -271,23 +283,5 @@ def wait_all(futures: Iterable[Future[Any]], timeout: float | None = None) -> li
         waited for); TimeoutError if ``timeout`` expires.
     """
     items = list(futures)
-    first_error: Future[BaseException | None] = Future()
-    gathered = collect_all(items)
-
-    def watch(fut: Future[Any]) -> None:
-        if fut.exception() is not None:
-            with contextlib.suppress(InvalidFutureStateError):
-                first_error.set_result(fut.exception())
-
-    for fut in items:
-        fut.add_done_callback(watch)
-
-    def all_done(_: Future[Any]) -> None:
-        with contextlib.suppress(InvalidFutureStateError):
-            first_error.set_result(None)
-
-    gathered.add_done_callback(all_done)
-    error = first_error.wait(timeout)
-    if error is not None:
-        raise error
+    collect_all(items).wait(timeout)  # fails with the first error as soon as it occurs
     return [fut.value() for fut in items]

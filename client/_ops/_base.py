@@ -86,7 +86,7 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
     result = _wrap_output(out, 0, node, requires, inference, inputs)
     if cls.is_view and result._base is not None:
         # How to make this view again from its source (see views.py).
-        result._view_meta = (inputs[0], cls, kwargs, result._version.value)
+        result._view_meta = (inputs[0], cls, kwargs, result._vc.value)
     if requires:
         node._output_meta = [(result._data.shape, result._data.dtype, None)]
         if cls.save_output is not None:
@@ -109,7 +109,7 @@ def _wrap_output(
         )
         if shares:
             t._base = src._base if src._base is not None else src
-            t._version = src._version
+            t._vc = src._vc
     return t
 
 

@@ -64,7 +64,7 @@ def replay(chain: list[tuple[Any, dict[str, Any]]], base: Tensor) -> Tensor:
 def refresh_view(view: Tensor) -> bool:
     """Rebuild a stale view's grad_fn from its base; return whether it now requires grad."""
     meta = view._view_meta
-    if meta[3] != view._version.value and _state.grad_enabled:
+    if meta[3] != view._vc.value and _state.grad_enabled:
         base = view._base
         assert base is not None  # only views carry _view_meta
         if base._requires_grad or base._grad_fn is not None:
@@ -73,7 +73,7 @@ def refresh_view(view: Tensor) -> bool:
                 with enable_grad():
                     fresh = replay(chain, base)
                 view._grad_fn, view._output_nr = fresh._grad_fn, fresh._output_nr
-        view._view_meta = (meta[0], meta[1], meta[2], view._version.value)
+        view._view_meta = (meta[0], meta[1], meta[2], view._vc.value)
     return view._requires_grad or view._grad_fn is not None
 
 

@@ -99,11 +99,16 @@ class DistAutogradService(hooks.CallHook):
         if ctx_id is None:
             return
         header.autograd.context_id = ctx_id
+        ctx = self.container.get(ctx_id)
+        with ctx.lock:
+            # The callee joins the context whatever the call carries (it makes it current while
+            # the function runs), so it is released there too when the context ends.
+            ctx.known_workers.add(peer)
         sent = _grad_tensors(tensors)
         if sent:
             mid = self.container.next_message_id()
             header.autograd.message_id.CopyFrom(to_gid(mid))
-            record_send(self.container.get(ctx_id), sent, peer, mid)
+            record_send(ctx, sent, peer, mid)
 
     def on_recv_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
         if not header.HasField("autograd") or not header.autograd.context_id:

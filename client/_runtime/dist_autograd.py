@@ -43,6 +43,7 @@ from typing import Any, Callable, Protocol
 
 from ..autograd.engine import GraphTask
 from ..autograd.graph import Node
+from ..errors import ArgumentError
 from ..futures import Future
 from .rref_tombstones import Tombstones
 
@@ -340,6 +341,17 @@ class DistAutogradEngine:
         self.worker_name = worker_name or f"worker{container.worker_id}"
         self._pass_ids = itertools.count(1)
         self._wrap_error = wrap_error
+        self._active_lock = threading.Lock()
+        self._active = 0  # backward passes running on this worker (originated or joined)
+
+    @property
+    def active_passes(self) -> int:
+        """Backward passes this worker is running now (PyTorch's num_current_backward_passes)."""
+        return self._active
+
+    def _enter(self, delta: int) -> None:
+        with self._active_lock:
+            self._active += delta
 
     # -- the originator --------------------------------------------------------------------------
     def backward(self, context_id: int, roots: list[Any], retain_graph: bool = False) -> None:
@@ -353,18 +365,22 @@ class DistAutogradEngine:
 
         ctx = self.container.get(context_id)
         if not roots:
-            raise ValueError("backward() needs at least one root tensor (got an empty list)")
+            raise ArgumentError("backward() needs at least one root tensor (got an empty list)")
         edges = _root_edges(list(roots), [None] * len(roots), "roots")
         pass_id = (self.container.worker_id << _CTX_SHIFT) + next(self._pass_ids)
-        state = self._start_pass(ctx, pass_id, retain_graph, [n for n, _, _ in edges])
-        col = _Collector(self, ctx, state, retain_graph)
-        with state.lock:
-            for node, nr, grad in edges:
-                state.task.add_grad(node, nr, grad)
-            for node, _, _ in edges:
-                state.task.release(node, 0)
-            self._run(col, ctx, state)
-        self._finish(col).wait()
+        self._enter(1)
+        try:
+            state = self._start_pass(ctx, pass_id, retain_graph, [n for n, _, _ in edges])
+            col = _Collector(self, ctx, state, retain_graph)
+            with state.lock:
+                for node, nr, grad in edges:
+                    state.task.add_grad(node, nr, grad)
+                for node, _, _ in edges:
+                    state.task.release(node, 0)
+                self._run(col, ctx, state)
+            self._finish(col).wait()
+        finally:
+            self._enter(-1)
 
     # -- a peer's gradients arrive ---------------------------------------------------------------
     def on_gradients(
@@ -372,6 +388,14 @@ class DistAutogradEngine:
     ) -> Future[Any]:
         """Feed gradients into send function ``message_id``; the future completes when this
         worker has processed everything they made ready (and its own messages are answered)."""
+        self._enter(1)
+        done = self._on_gradients(context_id, message_id, pass_id, retain_graph, grads)
+        done.add_done_callback(lambda _: self._enter(-1))
+        return done
+
+    def _on_gradients(
+        self, context_id: int, message_id: int, pass_id: int, retain_graph: bool, grads: list[Any]
+    ) -> Future[Any]:
         try:
             ctx = self.container.get(context_id)
             send = ctx.send_functions.get(message_id)

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import enum
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._wire.framing import DEFAULT_CHUNK_BYTES, DEFAULT_SINGLE_FRAME_BYTES
 from .._wire.policy import DEFAULT_DENY, CallablePolicy
 
-__all__ = ["GrpcRpcBackendOptions", "DEFAULT_RPC_TIMEOUT", "UNSET_RPC_TIMEOUT", "NO_TIMEOUT"]
+__all__ = [
+    "GrpcRpcBackendOptions",
+    "TensorPipeRpcBackendOptions",
+    "BackendType",
+    "DEFAULT_RPC_TIMEOUT",
+    "UNSET_RPC_TIMEOUT",
+    "NO_TIMEOUT",
+]
 
 #: Default timeout of a call, in seconds.
 DEFAULT_RPC_TIMEOUT = 60.0
@@ -53,6 +62,7 @@ class GrpcRpcBackendOptions:
             of payloads, under the guard that refuses files, processes and sockets (on by
             default; docs/security.md).
         device_maps: per peer name, local device -> peer device, for GPU tensors.
+        devices: the local devices this worker uses (PyTorch's option), e.g. ``["cuda:0"]``.
         keepalive_seconds: ping interval on active connections, to notice dead peers.
         use_unix_socket: also serve on a Unix domain socket that peers on the same host dial
             (faster than loopback TCP); off when TLS is on.
@@ -93,6 +103,7 @@ class GrpcRpcBackendOptions:
     trust_everything: bool = False
     callable_guard: bool = True
     device_maps: dict[str, dict[str, str]] = field(default_factory=dict)
+    devices: list[str] = field(default_factory=list)
     keepalive_seconds: float = 20.0
     use_unix_socket: bool = True
     shm_transfer: bool = True
@@ -131,9 +142,16 @@ class GrpcRpcBackendOptions:
 
         Args:
             to: peer worker name.
-            device_map: ``{"cuda:0": "cuda:1"}`` (local device -> device on ``to``).
+            device_map: ``{"cuda:0": "cuda:1"}`` (local device -> device on ``to``); an int
+                ``n`` means ``"cuda:n"``, as in PyTorch.
         """
-        self.device_maps.setdefault(to, {}).update({str(k): str(v) for k, v in device_map.items()})
+        self.device_maps.setdefault(to, {}).update(
+            {_device_name(k): _device_name(v) for k, v in device_map.items()}
+        )
+
+    def set_devices(self, devices: list[Any]) -> None:
+        """Declare the local devices this worker uses (PyTorch's ``set_devices``)."""
+        self.devices = [_device_name(d) for d in devices]
 
     @property
     def tls_enabled(self) -> bool:
@@ -162,3 +180,61 @@ def read_pem(value: bytes | str | None) -> bytes | None:
 
 
 __all__ += ["read_pem"]
+
+
+def _device_name(device: Any) -> str:
+    """``0`` -> ``"cuda:0"`` (PyTorch's convention for an int); anything else as ``str()``."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return f"cuda:{device}"
+    return str(device)
+
+
+class BackendType(enum.Enum):
+    """PyTorch's ``rpc.BackendType``. gRPC is gradwire's only backend; ``TENSORPIPE`` is
+    accepted by ``init_rpc`` and runs on it too."""
+
+    TENSORPIPE = "TENSORPIPE"
+    GRPC = "GRPC"
+
+
+class TensorPipeRpcBackendOptions(GrpcRpcBackendOptions):
+    """PyTorch's options class, accepted as-is: its arguments map onto gradwire's options.
+
+    Args:
+        num_worker_threads, rpc_timeout, init_method, device_maps, devices: as in PyTorch.
+        _transports, _channels: TensorPipe's transport choices; accepted and ignored with a
+            warning (gradwire always speaks gRPC).
+        **options: any other :class:`GrpcRpcBackendOptions` field (token, TLS, policy, ...).
+
+    Example:
+        >>> opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=8, rpc_timeout=20)
+        >>> opts.set_device_map("worker1", {0: 1})
+    """
+
+    def __init__(
+        self,
+        *,
+        num_worker_threads: int = 16,
+        rpc_timeout: float = DEFAULT_RPC_TIMEOUT,
+        init_method: str | list[str] = "env://",
+        device_maps: dict[str, dict[Any, Any]] | None = None,
+        devices: list[Any] | None = None,
+        _transports: list[str] | None = None,
+        _channels: list[str] | None = None,
+        **options: Any,
+    ) -> None:
+        if _transports is not None or _channels is not None:
+            warnings.warn(
+                "TensorPipeRpcBackendOptions: _transports and _channels select TensorPipe "
+                "transports; gradwire always uses gRPC and ignores them",
+                stacklevel=2,
+            )
+        super().__init__(
+            num_worker_threads=num_worker_threads,
+            rpc_timeout=rpc_timeout,
+            init_method=init_method,
+            devices=[_device_name(d) for d in devices or ()],
+            **options,
+        )
+        for to, mapping in (device_maps or {}).items():
+            self.set_device_map(to, mapping)

@@ -482,9 +482,9 @@ class RRefService:
     # -- inspection ----------------------------------------------------------------------------
 
     def debug_info(self) -> dict[str, Any]:
+        """The RRef counters of get_debug_info(), and the ``rref_forks`` inspect JSON."""
         from .rref_shutdown import fork_tree
 
-        """The RRef counters of get_debug_info(), and the ``rref_forks`` inspect JSON."""
         info = self.protocol.debug_info()
         return {
             "num_owner_rrefs": info.num_owner_rrefs,

@@ -72,8 +72,6 @@ DEFAULT_DENY: tuple[str, ...] = (
     "numpy.lib.*npyio*",
     "*operator:attrgetter",
     "*operator:methodcaller",
-    "gradwire.server*",
-    "gradwire._runtime*",
 )
 
 SAFE_BUILTINS = policy_lists.SAFE_BUILTINS

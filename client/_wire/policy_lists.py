@@ -245,18 +245,21 @@ gradwire.autograd:FunctionCtx. mark_dirty mark_non_differentiable save_for_backw
     set_materialize_grads
 gradwire.futures: Future collect_all wait_all
 gradwire.futures:Future. done exception value wait
-gradwire.errors: AuthenticationError FuturePicklingError GradwireError InvalidFutureStateError
+gradwire.errors: ArgumentError AuthenticationError FuturePicklingError GradwireError InvalidFutureStateError
     MessageTooLargeError PolicyError RRefError RRefLeakError RemoteError RpcError RpcInitError
     RpcNotInitializedError RpcShutdownError RpcTimeoutError SerializationError
     TooManyRequestsError UnknownWorkerError WorkerUnavailableError
 
 # -- gradwire: the RPC helpers that only read state --------------------------------------------
 gradwire.distributed.rpc: RRef WorkerInfo get_debug_info get_rpc_timeout get_worker_info
-    is_initialized
+    is_available is_initialized
 gradwire.distributed.rpc:RRef. backward confirmed_by_owner is_owner local_value owner owner_name
     to_here
 gradwire.distributed.rpc.functions: async_execution
-gradwire.distributed.autograd: ContextError backward context get_gradients
+gradwire.distributed.autograd: ContextError backward context get_gradients is_available
+# gradwire's exceptions defined in private modules: they travel back to callers with their type
+gradwire._runtime.rref_errors: RRefProtocolError UnknownRRefError
+gradwire.autograd.gradcheck: GradcheckError
 gradwire.multiprocessing: AuthenticationError BufferTooShort ProcessError ProcessException
     ProcessExitedException ProcessRaisedException TimeoutError
 
@@ -330,7 +333,7 @@ gradwire.multiprocessing: Array Barrier BoundedSemaphore Condition Event Joinabl
     parent_process set_executable set_forkserver_preload set_sharing_strategy set_start_method
     share_memory_ spawn start_processes
 gradwire.distributed.rpc: init_rpc shutdown rpc_sync rpc_async remote GrpcRpcBackendOptions
-    RpcBackendOptions
+    RpcBackendOptions TensorPipeRpcBackendOptions BackendType set_rpc_timeout
 gradwire.distributed.rpc:RRef. rpc_sync rpc_async remote
 gradwire.distributed.optim: DistributedOptimizer
 gradwire:Tensor. share_memory_

@@ -284,4 +284,4 @@ def _accumulate(leaf: Tensor, grad: Tensor, create_graph: bool, leaf_sink: Any) 
             leaf._grad = cur + grad
         else:
             cur._data += grad._data
-            cur._version.value += 1
+            cur._vc.value += 1

@@ -165,7 +165,7 @@ class Function(metaclass=_FunctionMeta):
                     )
             elif any(o is a for a in tensors) or o._grad_fn is not None or o._requires_grad:
                 t = Tensor._wrap(o._data)
-                t._version = o._version
+                t._vc = o._vc
             else:
                 t = o
             if requires and not any(o is n for n in non_diff) and t._data.dtype.kind in "fc":

@@ -132,8 +132,8 @@ class SavedTensor:
                 "Inference tensors cannot be saved for backward. To work around you can make "
                 "a clone to get a normal tensor and use it in autograd."
             )
-        self._version = tensor._version
-        self._saved_version = tensor._version.value
+        self._version = tensor._vc
+        self._saved_version = tensor._vc.value
         self._is_output = is_output
         self._output_nr = tensor._output_nr
         self._requires_grad = tensor.requires_grad
@@ -150,9 +150,9 @@ class SavedTensor:
     def _apply_pack(
         self, pack: Callable[[Any], Any], unpack: Callable[[Any], Any], tensor: Tensor
     ) -> None:
-        before = tensor._version.value
+        before = tensor._vc.value
         self._packed = pack(tensor)
-        if tensor._version.value != before:
+        if tensor._vc.value != before:
             raise RuntimeError(
                 "A saved tensor pack hook is modifying its input in place. "
                 "Tensors provided as input to pack hook can not be modified by "
@@ -192,7 +192,7 @@ class SavedTensor:
         if self._tensor is not None:
             return self._tensor
         t = Tensor._wrap(self._data)
-        t._version = self._version
+        t._vc = self._version
         if self._requires_grad:
             t._grad_fn = node
             t._output_nr = self._output_nr

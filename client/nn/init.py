@@ -14,7 +14,7 @@ __all__ = ["uniform_", "normal_", "zeros_", "ones_", "kaiming_uniform_", "xavier
 def _fill(t: Tensor, values: object) -> Tensor:
     with no_grad():
         t._data[...] = values
-        t._version.value += 1
+        t._vc.value += 1
     return t
 
 

@@ -24,7 +24,7 @@ class Parameter(Tensor):
         if not isinstance(data, Tensor):
             raise TypeError(f"Parameter expects a Tensor, got {type(data).__name__}")
         p = cls._wrap(data._data)
-        p._version = data._version
+        p._vc = data._vc
         if requires_grad:
             p.requires_grad_(True)
         return p  # type: ignore[return-value]

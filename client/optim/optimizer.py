@@ -68,7 +68,7 @@ class Optimizer:
                 if p.grad is None:
                     continue
                 self._update(p, p.grad._data, self.state.setdefault(p, {}), g)
-                p._version.value += 1
+                p._vc.value += 1
         return loss
 
     def step_with_grads(self, grads: dict[Tensor, Tensor]) -> None:
@@ -80,7 +80,7 @@ class Optimizer:
                 if grad is None:
                     continue
                 self._update(p, grad._data, self.state.setdefault(p, {}), g)
-                p._version.value += 1
+                p._vc.value += 1
 
     def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _update")

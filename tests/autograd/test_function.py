@@ -144,10 +144,10 @@ def test_mark_dirty_makes_the_input_take_the_new_history():
 
     x = gw.tensor([1.0, 2.0], requires_grad=True)
     h = x * 1
-    v0 = h._version_value
+    v0 = h._version
     out = AddOneInPlace.apply(h)
     assert out is h and h.grad_fn.name() == "AddOneInPlaceBackward"
-    assert h._version_value == v0 + 1 and h.tolist() == [2.0, 3.0]
+    assert h._version == v0 + 1 and h.tolist() == [2.0, 3.0]
     h.sum().backward()
     assert x.grad.tolist() == [3.0, 3.0]
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):

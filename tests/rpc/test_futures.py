@@ -116,15 +116,26 @@ def test_pickling_a_future_is_a_clear_error() -> None:
         pickle.dumps(Future())
 
 
-def test_collect_all_keeps_failures_inside() -> None:
+def test_collect_all_completes_with_the_futures_or_fails_with_the_first_error() -> None:
     a: Future[int] = Future()
     b: Future[int] = Future()
     both = collect_all([a, b])
     a.set_result(1)
     assert not both.done()
-    b.set_exception(ValueError("x"))
-    done = both.wait()
-    assert done == [a, b] and done[0].value() == 1 and isinstance(done[1].exception(), ValueError)
+    b.set_result(2)
+    assert both.wait() == [a, b] and [f.value() for f in both.wait()] == [1, 2]
+    # PyTorch semantics: the first failure fails the combined future at once
+    c: Future[int] = Future()
+    d: Future[int] = Future()
+    e: Future[int] = Future()
+    failed = collect_all([c, d, e])
+    d.set_exception(ValueError("d broke"))
+    assert failed.done()
+    with pytest.raises(ValueError, match="d broke"):
+        failed.wait()
+    c.set_exception(KeyError("later"))  # a later failure changes nothing
+    e.set_result(3)
+    assert isinstance(failed.exception(), ValueError)
     assert collect_all([]).wait() == []
 
 

@@ -211,24 +211,24 @@ def test_views_share_memory_and_version_with_their_base(make_view):
     base = gw.zeros(2, 3)
     v = make_view(base)
     assert np.shares_memory(v._data, base._data)
-    before = base._version_value
+    before = base._version
     base.add_(1)
-    assert v._version_value == before + 1  # one counter for the base and all its views
+    assert v._version == before + 1  # one counter for the base and all its views
     assert float(v.sum().item()) == v.numel()  # and the data is the same
 
 
 def test_in_place_through_a_view_writes_the_base_and_bumps_its_version():
     base = gw.zeros(2, 3)
     row = base[1]
-    v0 = base._version_value
+    v0 = base._version
     row.add_(5)
     assert base.tolist() == [[0, 0, 0], [5, 5, 5]]
-    assert base._version_value == v0 + 1
+    assert base._version == v0 + 1
     col = base[:, 0]
     col.fill_(7)
     base.view(6)[5] = -1.0
     assert base.tolist() == [[7, 0, 0], [7, 5, -1]]
-    assert base._version_value == v0 + 3
+    assert base._version == v0 + 3
 
 
 def test_indexing_with_arrays_copies_rather_than_views():
@@ -258,12 +258,12 @@ def test_indexing_with_arrays_copies_rather_than_views():
 def test_in_place_ops_update_values_and_bump_the_version_once(op, expected):
     t = gw.tensor([1.0, 2.0, 3.0])
     data = t._data
-    before = t._version_value
+    before = t._version
     out = op(t)
     assert out is None or out is t
     assert t.tolist() == expected
     assert t._data is data  # really in place
-    assert t._version_value == before + 1
+    assert t._version == before + 1
 
 
 def test_augmented_assignment_is_in_place():
@@ -273,7 +273,7 @@ def test_augmented_assignment_is_in_place():
     t *= 3
     t -= 1
     t /= 5
-    assert alias is t and t.tolist() == [1.0, 1.0] and t._version_value == 4
+    assert alias is t and t.tolist() == [1.0, 1.0] and t._version == 4
 
 
 def test_in_place_ops_refuse_unsafe_casts_and_bad_shapes():
@@ -288,4 +288,4 @@ def test_detach_shares_data_and_version_but_leaves_the_graph():
     d = x.detach()
     assert not d.requires_grad and d.is_leaf and np.shares_memory(d._data, x._data)
     d.add_(1)
-    assert x._version_value == 1 and x.tolist() == [2.0, 2.0, 2.0]
+    assert x._version == 1 and x.tolist() == [2.0, 2.0, 2.0]

@@ -120,6 +120,8 @@ def test_private_names_are_allowed_only_where_listed_one_by_one() -> None:
     )
     assert private == [
         "copyreg:_reconstructor",
+        "gradwire._runtime.rref_errors:RRefProtocolError",
+        "gradwire._runtime.rref_errors:UnknownRRefError",
         "gradwire.nn:Module.__call__",
         "numpy._core.multiarray:_reconstruct",
         "numpy._core.multiarray:scalar",

@@ -18,7 +18,7 @@ from ..._runtime import agent as _agent
 from ..._runtime.dist_autograd import ContextError
 from ..._tensor import Tensor
 
-__all__ = ["context", "backward", "get_gradients", "ContextError"]
+__all__ = ["context", "backward", "get_gradients", "is_available", "ContextError"]
 
 
 def _service(verb: str) -> Any:
@@ -57,7 +57,7 @@ def backward(context_id: int, roots: list[Tensor], retain_graph: bool = False) -
         retain_graph: keep the graphs on every worker for another pass.
 
     Raises:
-        ValueError: ``roots`` is empty.
+        ArgumentError: ``roots`` is empty (a RuntimeError and a ValueError).
         RuntimeError: a root does not require grad or is not a scalar; the graph was freed.
         ContextError: the context is unknown here (or released).
         Exception: a failure in a backward function on any worker (its message names it), or
@@ -80,3 +80,72 @@ def get_gradients(context_id: int) -> dict[Tensor, Tensor]:
     """
     svc = _service("dist_autograd.get_gradients()")
     return svc.container.get(context_id).gradients()
+
+
+def is_available() -> bool:
+    """True: distributed autograd is always built into gradwire (PyTorch's check)."""
+    return True
+
+
+# -- PyTorch's private helpers that programs and tools use ---------------------------------------
+
+
+class _ContextView:
+    """What ``_retrieve_context`` / ``_current_context`` return (PyTorch's DistAutogradContext
+    surface)."""
+
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+
+    def _context_id(self) -> int:
+        return int(self._ctx.context_id)
+
+    def _known_worker_ids(self) -> set[int]:
+        """The workers this context sent to or received from (where its release goes)."""
+        with self._ctx.lock:
+            return set(self._ctx.known_workers)
+
+    def _send_functions(self) -> dict[int, Any]:
+        with self._ctx.lock:
+            return dict(self._ctx.send_functions)
+
+    def _recv_functions(self) -> dict[int, Any]:
+        with self._ctx.lock:
+            return dict(self._ctx.recv_functions)
+
+
+def _retrieve_context(context_id: int) -> _ContextView:
+    """The context ``context_id`` on this worker.
+
+    Raises:
+        ContextError: unknown here (or released).
+    """
+    return _ContextView(_service("dist_autograd._retrieve_context()").container.get(context_id))
+
+
+def _current_context() -> _ContextView:
+    """The context this thread is in.
+
+    Raises:
+        ContextError: this thread is in no context.
+    """
+    svc = _service("dist_autograd._current_context()")
+    ctx_id = svc.container.current_id()
+    if ctx_id is None:
+        raise ContextError("this thread is not inside a distributed autograd context")
+    return _ContextView(svc.container.get(ctx_id))
+
+
+def _get_max_id() -> int:
+    """The largest context id this worker can create (ids are ``(worker_id << 48) + n``)."""
+    svc = _service("dist_autograd._get_max_id()")
+    return (int(svc.container.worker_id) << 48) + (1 << 48) - 1
+
+
+def _get_debug_info() -> dict[str, int]:
+    """PyTorch's keys: ``num_current_backward_passes``, ``num_autograd_contexts``."""
+    svc = _service("dist_autograd._get_debug_info()")
+    return {
+        "num_current_backward_passes": svc.engine.active_passes,
+        "num_autograd_contexts": len(svc.container),
+    }

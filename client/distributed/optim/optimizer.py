@@ -44,8 +44,30 @@ class _LocalOptimizer:
     def step(self, context_id: int) -> int:
         grads = dist_autograd.get_gradients(context_id)
         with _step_lock:
-            self.optim.step_with_grads(grads)
+            if _updates_from_grads(type(self.optim)):
+                self.optim.step_with_grads(grads)  # gradwire's optimizers: no .grad detour
+            else:
+                self._step_through_grad(grads)
         return sum(1 for p in self.params if p in grads)
+
+    def _step_through_grad(self, grads: dict[Any, Any]) -> None:
+        """PyTorch's contract: ``step()`` reads ``p.grad``. Put the context's gradients there
+        for the step (None where the context has none) and restore ``.grad`` after."""
+        params = [p for g in self.optim.param_groups for p in g["params"]]
+        saved = [(p, p.grad) for p in params]
+        try:
+            for p in params:
+                p.grad = grads.get(p)
+            self.optim.step()
+        finally:
+            for p, grad in saved:
+                p.grad = grad
+
+
+def _updates_from_grads(cls: type) -> bool:
+    """True when ``cls`` steps through ``Optimizer._update`` (so ``step_with_grads`` is its
+    step): it overrides neither ``step`` nor ``step_with_grads``."""
+    return cls.step is Optimizer.step and cls.step_with_grads is Optimizer.step_with_grads
 
 
 def _new_local_optimizer(
@@ -69,8 +91,9 @@ class DistributedOptimizer:
     """Optimize parameters held by RRefs on any workers with one ``step(context_id)``.
 
     Args:
-        optimizer_class: a ``gradwire.optim.Optimizer`` subclass (SGD, Adam, ...), instantiated
-            on every owner of the parameters.
+        optimizer_class: a ``gradwire.optim.Optimizer`` subclass (SGD, Adam, ..., or your own
+            that implements only ``step()`` reading ``p.grad``, as PyTorch's contract allows),
+            instantiated on every owner of the parameters.
         params_rref: RRefs of the parameters (local ones: ``rpc.RRef(p)``).
         *args, **kwargs: passed to ``optimizer_class`` after the parameter list.
 

@@ -10,18 +10,22 @@ Example:
 
 from __future__ import annotations
 
-from ..._runtime.options import GrpcRpcBackendOptions
+from ..._runtime.options import BackendType, GrpcRpcBackendOptions, TensorPipeRpcBackendOptions
 from ..._runtime.workers import WorkerInfo
 from . import functions
 from .api import (
+    _rref_context_get_debug_info,
+    _set_rpc_timeout,
     get_debug_info,
     get_rpc_timeout,
     get_worker_info,
     init_rpc,
+    is_available,
     is_initialized,
     remote,
     rpc_async,
     rpc_sync,
+    set_rpc_timeout,
     shutdown,
 )
 from .rref import RRef
@@ -38,10 +42,16 @@ __all__ = [
     "RRef",
     "get_worker_info",
     "get_rpc_timeout",
+    "set_rpc_timeout",
     "get_debug_info",
+    "is_available",
     "is_initialized",
     "WorkerInfo",
     "GrpcRpcBackendOptions",
     "RpcBackendOptions",
+    "TensorPipeRpcBackendOptions",
+    "BackendType",
     "functions",
+    "_set_rpc_timeout",
+    "_rref_context_get_debug_info",
 ]

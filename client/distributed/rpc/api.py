@@ -10,7 +10,7 @@ from typing import Any
 from ..._runtime import agent as _agent
 from ..._runtime.options import UNSET_RPC_TIMEOUT, GrpcRpcBackendOptions
 from ..._runtime.workers import WorkerInfo, validate_name
-from ...errors import RpcInitError
+from ...errors import ArgumentError, RpcInitError
 from ...futures import Future
 from .rref import RRef
 
@@ -22,6 +22,8 @@ __all__ = [
     "remote",
     "get_worker_info",
     "get_rpc_timeout",
+    "set_rpc_timeout",
+    "is_available",
     "get_debug_info",
     "is_initialized",
 ]
@@ -276,3 +278,43 @@ def is_initialized() -> bool:
     """True while this process runs an RPC agent."""
     agent = _agent.current_or_none()
     return agent is not None and agent.state == _agent.AgentState.RUNNING
+
+
+def set_rpc_timeout(rpc_timeout: float) -> None:
+    """Change this worker's default timeout of rpc calls, in seconds (0 = none), at run time.
+
+    Calls already under way keep their deadline; ``get_rpc_timeout()`` returns the new value.
+
+    Raises:
+        ArgumentError: a negative timeout (a ValueError and a RuntimeError).
+        RpcNotInitializedError: call ``init_rpc`` first.
+
+    Example:
+        >>> rpc.set_rpc_timeout(5.0)
+    """
+    seconds = float(rpc_timeout)
+    if seconds < 0:
+        raise ArgumentError(f"rpc_timeout must be >= 0 seconds (0 = none), got {rpc_timeout}")
+    _agent.current("set_rpc_timeout()").options.rpc_timeout = seconds
+
+
+#: PyTorch's private spelling, used by its programs and tests.
+_set_rpc_timeout = set_rpc_timeout
+
+
+def is_available() -> bool:
+    """True: the RPC framework is always built into gradwire (PyTorch's check)."""
+    return True
+
+
+def _rref_context_get_debug_info() -> dict[str, int]:
+    """PyTorch's RRef counters of this worker: ``num_owner_rrefs``, ``num_pending_users``
+    (users not yet confirmed by their owner), ``num_forks`` (forks this owner knows),
+    ``num_pending_futures`` (forks waiting for a child's acknowledgement)."""
+    info = _agent.current("_rref_context_get_debug_info()").rref.debug_info()
+    return {
+        "num_owner_rrefs": int(info["num_owner_rrefs"]),
+        "num_pending_users": int(info["num_pending_users"]),
+        "num_forks": int(info["num_forks"]),
+        "num_pending_futures": int(info["num_pending_children"]),
+    }

@@ -230,6 +230,7 @@ class RRef(Generic[T]):
             retain_graph: keep the graph(s) for another pass.
 
         Raises:
+            RRefError: a user RRef without a context id (nothing is sent; a RuntimeError).
             TypeError: the value is not a tensor. RuntimeError: as ``Tensor.backward`` or
             ``dist_autograd.backward``.
 
@@ -241,6 +242,12 @@ class RRef(Generic[T]):
         if self._handle.is_owner:
             _backward_here(self.local_value(), dist_autograd_ctx_id, retain_graph)
             return
+        if dist_autograd_ctx_id == -1:
+            raise RRefError(
+                "User RRefs require 'dist_autograd_ctx_id' to be specified: backward() of an "
+                f"RRef owned by {self.owner_name()!r} runs there, in a distributed autograd "
+                "context (with dist_autograd.context() as ctx_id: rref.backward(ctx_id))"
+            )
         from .api import rpc_sync
 
         rpc_sync(self.owner(), _backward_on_owner, (self, dist_autograd_ctx_id, retain_graph))
