@@ -570,6 +570,17 @@ def equal(self: Tensor, other: Tensor) -> bool:
     return bool(self._data.shape == other._data.shape and (self._data == other._data).all())
 
 
+def _truth(reduce: str) -> Callable[..., Tensor]:
+    def fn(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """True where all (``all``) or any (``any``) elements along ``dim`` are nonzero; a bool
+        tensor, never differentiable."""
+        xp = array_module(self._data)
+        return Tensor._wrap(xp.asarray(getattr(xp, reduce)(self._data, axis=dim, keepdims=keepdim)))
+
+    fn.__name__ = reduce
+    return fn
+
+
 def allclose(
     self: Tensor, other: Tensor, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
 ) -> bool:
@@ -720,6 +731,8 @@ _METHODS: dict[str, Any] = {
     "__getitem__": getitem,
     "__setitem__": setitem,
 }
+_METHODS["all"] = _truth("all")
+_METHODS["any"] = _truth("any")
 _METHODS["amax"] = lambda self, dim=None, keepdim=False: (
     _minmax(True)(self, dim, keepdim) if dim is None else _minmax(True)(self, dim, keepdim).values
 )

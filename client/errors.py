@@ -7,6 +7,8 @@ The tree::
     ├── FuturePicklingError               a Future was pickled or sent over RPC (also TypeError)
     ├── ArgumentError                     an invalid argument where PyTorch raises RuntimeError
     │                                     (also RuntimeError and ValueError)
+    ├── CallbackError                     a Future.then callback raised; the error is also of the
+    │                                     callback's exception type (and a RuntimeError)
     └── RpcError                          something went wrong around an RPC; every RpcError is
         │                                 also a RuntimeError, as PyTorch raises there
         ├── RpcNotInitializedError        an rpc verb used before init_rpc or after shutdown
@@ -52,6 +54,8 @@ __all__ = [
     "InvalidFutureStateError",
     "FuturePicklingError",
     "ArgumentError",
+    "CallbackError",
+    "callback_error",
     "RpcError",
     "RpcNotInitializedError",
     "RpcInitError",
@@ -81,6 +85,10 @@ class InvalidFutureStateError(GradwireError, RuntimeError):
 
 class FuturePicklingError(GradwireError, TypeError):
     """Raised when a Future is pickled (for example passed as an RPC argument)."""
+
+
+class CallbackError(GradwireError, RuntimeError):
+    """A ``Future.then`` callback raised (see :func:`callback_error`)."""
 
 
 class RpcError(GradwireError, RuntimeError):
@@ -243,3 +251,52 @@ def remote_error_type(cls: type[BaseException]) -> type:
             )
             _dual_types[cls] = found
         return found
+
+
+_callback_types: dict[type, type | None] = {}
+
+
+def callback_error(exc: BaseException) -> BaseException:
+    """What a ``then()`` future fails with when its callback raised ``exc``.
+
+    PyTorch raises a RuntimeError there; gradwire keeps the callback's own type too: an
+    Exception that is not already a RuntimeError comes back as an instance of a cached
+    ``(type(exc), CallbackError)`` subclass with the same arguments, attributes and
+    traceback, so ``except ValueError`` and ``except RuntimeError`` both catch it. A type
+    that cannot be combined becomes a plain CallbackError caused by ``exc``.
+    """
+    if isinstance(exc, RuntimeError) or not isinstance(exc, Exception):
+        return exc
+    cls = type(exc)
+    with _dual_lock:
+        if cls not in _callback_types:
+            try:
+                _callback_types[cls] = type(
+                    cls.__name__,
+                    (cls, CallbackError),
+                    {
+                        "__module__": cls.__module__,
+                        "__qualname__": cls.__qualname__,
+                        "__reduce__": lambda self, _cls=cls: (_cls, self.args, dict(self.__dict__)),
+                    },
+                )
+            except TypeError:  # an incompatible layout
+                _callback_types[cls] = None
+        dual = _callback_types[cls]
+    if dual is None:
+        wrapped = CallbackError(f"the then() callback raised {cls.__name__}: {exc}")
+        wrapped.__cause__ = exc
+        return wrapped
+    base: type = dual
+    while base.__module__ != "builtins" and base.__base__ is not None:
+        base = base.__base__  # down to the builtin whose __new__ builds this layout
+    try:
+        new = base.__new__(dual, *exc.args)
+        new.args = exc.args
+        new.__dict__.update(getattr(exc, "__dict__", {}))
+    except Exception:  # noqa: BLE001 - arguments its __new__ refuses: wrap instead
+        wrapped = CallbackError(f"the then() callback raised {cls.__name__}: {exc}")
+        wrapped.__cause__ = exc
+        return wrapped
+    new.__cause__, new.__context__ = exc.__cause__, exc.__context__
+    return new.with_traceback(exc.__traceback__)

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
-from .errors import FuturePicklingError, InvalidFutureStateError
+from .errors import FuturePicklingError, InvalidFutureStateError, callback_error
 
 __all__ = ["Future", "collect_all", "wait_all", "blocking_region", "set_blocking_hook"]
 
@@ -196,7 +196,8 @@ class Future(Generic[T]):
 
         Args:
             callback: called with this (completed) future; what it returns becomes the value of
-                the returned future, what it raises becomes its exception.
+                the returned future, what it raises becomes its exception (as a RuntimeError
+                too, as in PyTorch: ``errors.callback_error``).
 
         Returns:
             A new Future.
@@ -207,7 +208,7 @@ class Future(Generic[T]):
             try:
                 result = callback(fut)
             except BaseException as exc:  # noqa: BLE001 - delivered to the chained future
-                out.set_exception(exc)
+                out.set_exception(callback_error(exc))
             else:
                 out.set_result(result)
 

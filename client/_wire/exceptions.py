@@ -80,6 +80,15 @@ def encode_exception(exc: BaseException, worker: str) -> pb.RemoteException:
     )
 
 
+def _layout_base(cls: type) -> type:
+    """The builtin exception type whose ``__new__`` builds ``cls``'s instances (its layout:
+    ``OSError`` for a mix-in of ``RuntimeError`` and ``ConnectionError``)."""
+    base = cls
+    while base.__module__ != "builtins" and base.__base__ is not None:
+        base = base.__base__
+    return base
+
+
 def decode_exception(
     err: pb.RemoteException, policy: CallablePolicy, worker: str = ""
 ) -> BaseException:
@@ -106,7 +115,7 @@ def decode_exception(
         if cls is RemoteError or issubclass(cls, RemoteError):
             return fallback
         dual = remote_error_type(cls)
-        exc = dual.__new__(dual, *args)
+        exc = _layout_base(dual).__new__(dual, *args)  # no __init__: its signature may differ
         exc.args = args
         for k, v in attrs.items():
             setattr(exc, k, v)

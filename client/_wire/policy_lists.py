@@ -207,7 +207,7 @@ gradwire: Device Tensor abs add allclose amax arange argmax argmin as_tensor cat
     real relu reshape seed select set_grad_enabled sgn sigmoid sign sin softmax split sqrt
     square squeeze stack std sub sum t tanh tensor transpose unsqueeze var where zeros
     zeros_like
-gradwire:Tensor. abs add add_ allclose amax argmax argmin backward bool chunk clamp clamp_ clip
+gradwire:Tensor. abs add add_ all allclose amax any argmax argmin backward bool chunk clamp clamp_ clip
     clone conj contiguous copy_ cos cpu cuda detach detach_ dim div div_ divide double
     element_size eq equal exp expand expand_as fill_ flatten float ge gt half int is_complex
     is_contiguous is_floating_point is_inference is_shared item le log log_softmax long lt

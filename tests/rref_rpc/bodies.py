@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import pickle
+import time
 from typing import Any
 
 import gradwire as gw
@@ -145,9 +146,14 @@ def creation_errors(rank: int, world_size: int) -> dict[str, Any]:
             out[what] = "no error"
         except ValueError as exc:
             out[what] = ("ValueError", "boom" in str(exc))
-    slow = rpc.remote(1, h.sleep_then, (3.0, "late"), timeout=0.5)
+    # As in PyTorch, remote()'s timeout fails the uses that come after it expired; a
+    # to_here() started before that waits for the value under its own timeout.
+    slow = rpc.remote(1, h.sleep_then, (1.0, "late"), timeout=0.3)
+    out["slow_function"] = slow.to_here()
+    expired = rpc.remote(1, h.sleep_then, (3.0, "late"), timeout=0.3)
+    time.sleep(0.6)
     try:
-        slow.to_here()
+        expired.to_here()
         out["creation_timeout"] = "no error"
     except RpcTimeoutError as exc:
         out["creation_timeout"] = str(exc)
@@ -164,7 +170,7 @@ def creation_errors(rank: int, world_size: int) -> dict[str, Any]:
     except ValueError as exc:
         out["to_self_error"] = str(exc)
     out["to_self"] = rpc.remote(0, h.add, (2, 3)).to_here()
-    del bad, slow, patient, to_self
+    del bad, slow, expired, patient, to_self
     out["quiet"] = h.wait_quiet([0, 1, 2])
     return out
 
@@ -176,8 +182,14 @@ def backward_paths(rank: int, world_size: int) -> dict[str, Any]:
     from gradwire.distributed import autograd as dist_autograd
 
     loss = rpc.remote(1, h.scalar_loss)
-    loss.backward()
-    out = {"local": rpc.rpc_sync(1, h.w_grad)}
+    out: dict[str, Any] = {}
+    try:  # as in PyTorch: a user RRef needs a context id, and nothing is sent without one
+        loss.backward()
+        out["user_without_context"] = "no error"
+    except RuntimeError as exc:
+        out["user_without_context"] = str(exc)
+    loss.rpc_sync().backward()  # a local backward on the owner, through the proxy
+    out["local"] = rpc.rpc_sync(1, h.w_grad)
     loss2 = rpc.remote(1, h.scalar_loss)
     with dist_autograd.context() as ctx_id:
         loss2.backward(ctx_id)

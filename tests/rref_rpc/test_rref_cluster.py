@@ -95,6 +95,7 @@ def test_creation_errors_and_timeouts():
     out = _rank0(3, bodies.creation_errors)
     for use in ("to_here", "fork", "proxy"):
         assert out[use] == ("ValueError", True), (use, out[use])
+    assert out["slow_function"] == "late"
     assert "RRef creation timed out" in out["creation_timeout"]
     assert "to_here() to worker 'worker1' timed out" in out["to_here_timeout"]
     assert out["to_here_later"] == "ok"
@@ -105,6 +106,7 @@ def test_creation_errors_and_timeouts():
 
 def test_backward_on_the_owner_locally_and_in_a_dist_autograd_context():
     out = _rank0(3, bodies.backward_paths)
+    assert "require 'dist_autograd_ctx_id'" in out["user_without_context"]
     assert out["local"] == [3.0, 3.0]
     assert out["dist"] == [3.0, 3.0]
     assert out["through_remote"] == [10.0, 10.0]

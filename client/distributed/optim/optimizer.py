@@ -64,7 +64,7 @@ class _LocalOptimizer:
                 p.grad = grad
 
 
-def _updates_from_grads(cls: type) -> bool:
+def _updates_from_grads(cls: type[Optimizer]) -> bool:
     """True when ``cls`` steps through ``Optimizer._update`` (so ``step_with_grads`` is its
     step): it overrides neither ``step`` nor ``step_with_grads``."""
     return cls.step is Optimizer.step and cls.step_with_grads is Optimizer.step_with_grads

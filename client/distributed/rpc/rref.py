@@ -178,7 +178,8 @@ class RRef(Generic[T]):
 
         Raises:
             The creation error of a remote() (as its original type); RpcTimeoutError ("RRef
-            creation timed out" when the remote() did not complete in its timeout);
+            creation timed out" when the remote() did not complete within its timeout before
+            this call, as in PyTorch; a to_here() started earlier waits under its own timeout);
             WorkerUnavailableError; RRefError after shutdown.
 
         Example:
@@ -192,11 +193,11 @@ class RRef(Generic[T]):
         creation = self._creation
         if creation is None or creation.check():
             return svc.fetch.fetch(self._handle, seconds)
-        # Still being created: fetch at once (the owner answers when the value is set, or with
-        # the creation error) but no longer than the creation's own deadline.
-        limits = [t for t in (seconds, creation.time_left()) if t is not None]
+        # Still being created, within the creation's deadline: fetch at once (the owner answers
+        # when the value is set, or with the creation error) under to_here()'s own timeout, as
+        # PyTorch does: remote()'s timeout fails a use that comes after it expired.
         try:
-            return svc.fetch.fetch(self._handle, min(limits) if limits else None)
+            return svc.fetch.fetch(self._handle, seconds)
         except BaseException:
             creation.check()  # the creation error (or timeout) explains the failure best
             raise
