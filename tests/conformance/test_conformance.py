@@ -32,6 +32,8 @@ def gradwire_outcomes() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def torch_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     python = os.environ.get("GRADWIRE_TORCH_PYTHON")
+    if python:
+        python = os.path.abspath(python)
     if not python and importlib.util.find_spec("torch") is not None:
         python = sys.executable
     if not python:
