@@ -245,7 +245,7 @@ gradwire.autograd:FunctionCtx. mark_dirty mark_non_differentiable save_for_backw
     set_materialize_grads
 gradwire.futures: Future collect_all wait_all
 gradwire.futures:Future. done exception value wait
-gradwire.errors: ArgumentError AuthenticationError FuturePicklingError GradwireError InvalidFutureStateError
+gradwire.errors: ArgumentError AuthenticationError CallbackError FuturePicklingError GradwireError InvalidFutureStateError
     MessageTooLargeError PolicyError RRefError RRefLeakError RemoteError RpcError RpcInitError
     RpcNotInitializedError RpcShutdownError RpcTimeoutError SerializationError
     TooManyRequestsError UnknownWorkerError WorkerUnavailableError
@@ -345,7 +345,7 @@ gradwire: set_default_dtype
 gradwire:Tensor. register_hook
 gradwire.futures: blocking_region set_blocking_hook
 gradwire.futures:Future. add_done_callback then set_exception set_result
-gradwire.errors: remote_error_type
+gradwire.errors: remote_error_type callback_error    # they make classes at run time
 """
 )
 

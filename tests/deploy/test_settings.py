@@ -113,7 +113,7 @@ def test_policy_and_timeouts_reach_the_backend_options() -> None:
     }
     opts = cfg(["--allow", "third.*"], env).backend_options()
     assert opts.callable_allow == ("third.*",)  # the flag replaces the variable's list
-    assert "mypkg.secret*" in opts.callable_deny and "gradwire.server*" in opts.callable_deny
+    assert "mypkg.secret*" in opts.callable_deny and "numpy*:*load*" in opts.callable_deny
     assert opts.rpc_timeout == 7.5 and opts.num_worker_threads == 4
     assert cfg([], env).backend_options().callable_allow == ("mypkg.*", "other.mod:f")
     assert opts.use_unix_socket is True
