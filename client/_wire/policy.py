@@ -406,6 +406,15 @@ class CallablePolicy:
         Raises:
             PolicyError, SerializationError: as :meth:`resolve`.
         """
+        hit = self._resolved.get((module, qualname))
+        if hit is not None:  # the call path: a name resolved before, unchanged since
+            mod_key, first, mod, root, known, verdict = hit
+            if (
+                verdict is not Verdict.DEFAULT
+                and sys.modules.get(mod_key) is mod
+                and getattr(mod, first, None) is root
+            ):
+                return known
         obj, verdict = self.resolve_with_verdict(module, qualname, worker)
         return self.runnable(obj, verdict, f"{module}:{qualname}", worker)
 
