@@ -118,7 +118,7 @@ gw_env() {  # gw_env RANK NAME: the environment of one process
     "GRADWIRE_LISTEN=$(addr "$1"):$port GRADWIRE_TOKEN=$token GRADWIRE_UNIX_SOCKET=0" \
     "GRADWIRE_HOST_ID=${prefix}-$1" \
     "GRADWIRE_RPC_TIMEOUT=$rpc_timeout GRADWIRE_INIT_TIMEOUT=60 GRADWIRE_SHUTDOWN_TIMEOUT=5" \
-    "GRADWIRE_LOG_LEVEL=INFO PYTHONUNBUFFERED=1"
+    "GRADWIRE_LOG_LEVEL=INFO PYTHONUNBUFFERED=1 GRADWIRE_ALLOW=${GRADWIRE_ALLOW:-gradwire.demo.*}"
 }
 in_ns() {  # in_ns RANK NAME COMMAND...
   local rank="$1" name="$2"; shift 2

@@ -171,3 +171,45 @@ def test_rref_rounds_job_forks_fetches_and_trains_across_three_workers() -> None
     finally:
         for w in workers:
             w.kill()
+
+
+def _compose_cluster_env() -> dict[str, str]:
+    """The x-cluster environment of docker-compose.yml (what every container gets)."""
+    import yaml
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return {k: str(v) for k, v in compose["x-cluster"].items() if k.startswith("GRADWIRE_")}
+
+
+def test_the_demo_job_runs_on_cli_workers_with_the_compose_environment() -> None:
+    # The compose cluster runs gradwire.demo:job on gradwire-worker processes: their policy
+    # must allow the demo's functions (an installed package, so not "the program's own code").
+    allow = _compose_cluster_env()["GRADWIRE_ALLOW"]
+    assert "gradwire.demo.*" in allow.split(",")
+    port = free_port()
+    names = ["ps", "trainer1"]
+    workers = [
+        start(
+            "worker",
+            env=_cluster_env(
+                port, 3, GRADWIRE_NAME=n, GRADWIRE_RANK=str(r), GRADWIRE_ALLOW=allow
+            ),
+        )
+        for n, r in zip(names, (0, 2))
+    ]
+    try:
+        driver = run(
+            "run",
+            "gradwire.demo:job",
+            env=_cluster_env(
+                port, 3, GRADWIRE_NAME="trainer0", GRADWIRE_RANK="1", GRADWIRE_ALLOW=allow
+            ),
+            timeout=180,
+        )
+        assert driver.popen.returncode == 0, driver.output
+        assert "test accuracy" in driver.out, driver.output
+        for w in workers:
+            assert w.finish(60) == 0, w.output
+    finally:
+        for w in workers:
+            w.kill()
