@@ -285,15 +285,16 @@ class CallablePolicy:
             return Verdict.REFUSED
         if full in policy_lists.ENTRY_POINTS:
             return Verdict.ENTRY
+        parts = qualname.split(".")
+        dunder = any(_is_dunder(p) for p in parts) or "<" in qualname
+        if not dunder and self._user_allowed(module, full):
+            return Verdict.USER  # the user's own choice: unguarded, even for a listed name
         if (module, qualname) in default_objects()[1]:
             return Verdict.DEFAULT
-        parts = qualname.split(".")
-        if any(_is_dunder(p) for p in parts) or "<" in qualname:
+        if dunder:
             return Verdict.REFUSED
         if module == "builtins":
             return Verdict.DEFAULT if _builtin_member_allowed(qualname) else Verdict.REFUSED
-        if self._user_allowed(module, full):
-            return Verdict.USER
         if (
             self.allow_user_modules
             and not _is_gradwire(module)
@@ -334,9 +335,9 @@ class CallablePolicy:
             owner = getattr(key, "__self__", None)
             if owner is not None and not isinstance(owner, (types.ModuleType, type)):
                 key = getattr(type(owner), key.__name__, key)  # a bound builtin method
-        listed = default_objects()[0].get(id(key))
-        if listed is not None and listed[0] is key:
-            return listed[1]
+        listed = self._listed(key)
+        if listed is not None:
+            return listed
         if isinstance(key, types.ModuleType):
             return Verdict.REFUSED
         origin = origin_of(key)
@@ -486,11 +487,23 @@ class CallablePolicy:
             verdict = min(verdict, inner)
         return member, verdict
 
+    def _listed(self, obj: Any) -> Verdict | None:
+        """The verdict of the lists on ``obj`` itself (None: not listed); USER instead of
+        DEFAULT when a user allow pattern names its origin (the user chose to run it as is)."""
+        listed = default_objects()[0].get(id(obj))
+        if listed is None or listed[0] is not obj:
+            return None
+        if listed[1] is Verdict.DEFAULT and self.allow:
+            origin = origin_of(obj)
+            if origin is not None and self._user_allowed(origin[0], f"{origin[0]}:{origin[1]}"):
+                return Verdict.USER
+        return listed[1]
+
     def _member_verdict(self, owner: type, name: str, raw: Any) -> Verdict:
         """The verdict on member ``name`` found in ``owner.__dict__`` as ``raw``."""
-        listed = default_objects()[0].get(id(_unwrap(raw)))
-        if listed is not None and listed[0] is _unwrap(raw):
-            return listed[1]
+        listed = self._listed(_unwrap(raw))
+        if listed is not None:
+            return listed
         module, qualname = owner.__module__, f"{owner.__qualname__}.{name}"
         verdict = self.name_verdict(module, qualname)
         if verdict is Verdict.DEFAULT and module != "builtins":

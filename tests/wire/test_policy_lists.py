@@ -230,3 +230,13 @@ def test_user_allow_patterns_and_trust_open_the_policy() -> None:
     assert not CallablePolicy(allow=("numpy.*", "numpy")).allows(
         "numpy.lib.stride_tricks", "as_strided"
     )
+
+
+def test_a_user_pattern_runs_a_listed_name_unguarded() -> None:
+    # "not a user-allowed module": what the user opened runs as the program's own code does
+    opened = CallablePolicy(allow=("numpy", "numpy.*"))
+    assert opened.resolve_with_verdict("numpy", "sum")[1] is Verdict.USER
+    assert opened.verdict_of(np.zeros(2).sum) is Verdict.USER
+    assert POLICY.resolve_with_verdict("numpy", "sum")[1] is Verdict.DEFAULT
+    assert opened.resolve_member(np.zeros(2), "sum")[1] is Verdict.USER
+    assert not opened.allows("numpy", "load")  # the deny list still wins
