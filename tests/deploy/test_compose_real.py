@@ -1,0 +1,206 @@
+"""docker compose for real: the real compose CLI on the real docker-compose.yml and Dockerfile.
+
+Marked ``docker``: they run where a Docker engine and the compose v2 plugin answer (on a bare
+Linux host, ``eval "$(deploy/local-engine.sh up)"`` first; ``.ci/run`` does that as root) and skip
+with the reason otherwise. The image is built once per module (from ``$GRADWIRE_BASE_IMAGE``
+where set, the local base image of deploy/local-engine.sh); each test runs the cluster under
+its own compose project and removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .procs import ROOT
+
+pytestmark = pytest.mark.docker
+
+ENV_FILE = ROOT / "deploy" / "cluster.env"
+
+
+def _docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["docker", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _engine_or_skip() -> None:
+    try:
+        info = _docker("info", "--format", "{{.ServerVersion}}", timeout=20)
+        compose = _docker("compose", "version", "--short", timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"no docker client or engine here: {exc}")
+    if info.returncode != 0:
+        pytest.skip(f"no Docker engine answers (deploy/local-engine.sh up): {info.stderr.strip()}")
+    if compose.returncode != 0:
+        pytest.skip(f"no compose v2 plugin: {compose.stderr.strip()}")
+
+
+class Project:
+    """One compose project of the repository's docker-compose.yml."""
+
+    def __init__(self, override: str = "", **env: str) -> None:
+        self.name = f"gwtest-{secrets.token_hex(3)}"
+        self.env = {**os.environ, **env}
+        self.files = ["-f", "docker-compose.yml"]
+        if override:  # a compose override file, as a user would layer one
+            path = ROOT / "deploy" / f".{self.name}.override.yml"
+            path.write_text(override)
+            self.files += ["-f", str(path)]
+            self.override: Path | None = path
+        else:
+            self.override = None
+
+    def _cmd(self, *args: str) -> list[str]:
+        return ["docker", "compose", "-p", self.name, *self.files, *args]
+
+    def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self._cmd(*args),
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self._cmd(*args),
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def containers(self) -> list[dict[str, Any]]:
+        ids = self.run("ps", "-a", "-q").stdout.split()
+        if not ids:
+            return []
+        return list(json.loads(_docker("inspect", *ids).stdout))
+
+    def down(self) -> None:
+        self.run("down", "-v", "--remove-orphans", "-t", "5", timeout=120)
+        if self.override is not None:
+            self.override.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def image() -> Iterator[str]:
+    """The cluster env file and the image, built once with compose (as a user would)."""
+    _engine_or_skip()
+    made = not ENV_FILE.exists()
+    if made:
+        subprocess.run([str(ROOT / "deploy" / "make-secrets.sh")], check=True, timeout=30)
+    started = time.monotonic()
+    built = Project().run("build", timeout=900)
+    assert built.returncode == 0, built.stdout + built.stderr
+    print(f"compose build: {time.monotonic() - started:.1f} s")
+    try:
+        yield "gradwire:latest"
+    finally:
+        if made:
+            ENV_FILE.unlink(missing_ok=True)
+
+
+def _accuracies(log: str) -> dict[str, float]:
+    return {m[0]: float(m[1]) for m in re.findall(r"(trainer\d): test accuracy ([0-9.]+)", log)}
+
+
+def test_compose_up_runs_the_demo_to_exit_0_with_hardened_containers(image: str) -> None:
+    project = Project()
+    try:
+        started = time.monotonic()
+        up = project.run("up", "--exit-code-from", "trainer0", timeout=600)
+        elapsed = time.monotonic() - started
+        log = up.stdout + up.stderr
+        assert up.returncode == 0, log[-4000:]
+        acc = _accuracies(log)
+        assert set(acc) == {"trainer0", "trainer1"} and min(acc.values()) >= 0.90, acc
+        print(f"compose up, demo job: {elapsed:.1f} s, accuracies {acc}")
+        containers = project.containers()
+        assert len(containers) == 4
+        token = _env_file_token()
+        for c in containers:
+            name = c["Name"]
+            assert c["State"]["Status"] == "exited" and c["State"]["ExitCode"] == 0, name
+            host = c["HostConfig"]
+            assert host["ReadonlyRootfs"] is True, name
+            assert host["CapDrop"] in (["ALL"], ["all"]), (name, host["CapDrop"])
+            assert any("no-new-privileges" in o for o in host["SecurityOpt"] or []), name
+            assert c["Config"]["User"] == "10001:10001", name
+        # the token is in the running containers' environment, never in the image
+        history = _docker("history", "--no-trunc", image).stdout
+        config = _docker("image", "inspect", image).stdout
+        assert token not in history and token not in config
+    finally:
+        project.down()
+
+
+def test_a_deploy_job_runs_through_gradwire_job(image: str) -> None:
+    project = Project(GRADWIRE_JOB="/opt/gradwire/jobs/ping_all.py")
+    try:
+        up = project.run("up", "--exit-code-from", "trainer0", timeout=300)
+        log = up.stdout + up.stderr
+        assert up.returncode == 0, log[-4000:]
+        assert "ping_all: 3 workers answered" in log, log[-4000:]
+    finally:
+        project.down()
+
+
+#: The driver runs 300 distributed-autograd rounds through every worker, 0.2 s apart.
+LONG_JOB = """
+services:
+  trainer0:
+    command: ["/opt/gradwire/jobs/autograd_rounds.py", "300", "0.2"]
+"""
+
+
+def test_a_worker_killed_mid_job_fails_the_job_and_nothing_hangs(image: str) -> None:
+    project = Project(override=LONG_JOB)
+    try:
+        up = project.popen("up", "--exit-code-from", "trainer0")
+        assert up.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 180
+        for line in up.stdout:  # wait until the job is in its rounds
+            lines.append(line)
+            if "round 3:" in line or time.monotonic() > deadline:
+                break
+        assert any("round 3:" in line for line in lines), "".join(lines)[-4000:]
+        killed_at = time.monotonic()
+        kill = project.run("kill", "trainer1", timeout=60)
+        assert kill.returncode == 0, kill.stderr
+        try:
+            rest, _ = up.communicate(timeout=150)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            raise AssertionError("compose up did not end after a worker was killed") from None
+        detected = time.monotonic() - killed_at
+        log = "".join(lines) + rest
+        assert up.returncode != 0, log[-4000:]
+        assert re.search(r"trainer1.*(unavailable|lost|timed out)", log), log[-4000:]
+        assert "round 300:" not in log
+        print(f"killed trainer1: the job failed after {detected:.1f} s")
+        states = {c["Name"]: c["State"]["Status"] for c in project.containers()}
+        assert set(states.values()) == {"exited"}, states
+    finally:
+        project.down()
+
+
+def _env_file_token() -> str:
+    for line in Path(ENV_FILE).read_text().splitlines():
+        if line.startswith("GRADWIRE_TOKEN="):
+            return line.split("=", 1)[1].strip()
+    raise AssertionError(f"no GRADWIRE_TOKEN in {ENV_FILE}")
