@@ -142,6 +142,9 @@ case "${1:-}" in
       kill "$pid"
       for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
       kill -0 "$pid" 2>/dev/null && fail "dockerd $pid did not stop within 30 s"
+      # dockerd leaves its network namespace mounted under the exec root: unmount what is ours.
+      awk -v root="$state/" 'index($2, root) == 1 {print $2}' /proc/mounts | sort -r \
+        | while read -r mnt; do umount "$mnt" 2>/dev/null || true; done
     else
       say "no dockerd of ours is running"
     fi

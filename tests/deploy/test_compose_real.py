@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,6 +196,57 @@ def test_a_worker_killed_mid_job_fails_the_job_and_nothing_hangs(image: str) -> 
         print(f"killed trainer1: the job failed after {detected:.1f} s")
         states = {c["Name"]: c["State"]["Status"] for c in project.containers()}
         assert set(states.values()) == {"exited"}, states
+    finally:
+        project.down()
+
+
+def _gradwire(*args: str, token: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADWIRE_")}
+    if token is not None:
+        env["GRADWIRE_TOKEN"] = token
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("gradwire")), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_published_port_answers_health_inspect_and_reflection(image: str) -> None:
+    project = Project(override=LONG_JOB)
+    try:
+        up = project.popen("up", "--exit-code-from", "trainer0")
+        assert up.stdout is not None
+        for line in up.stdout:  # the job is running: every worker joined
+            if "round 2:" in line:
+                break
+        token = _env_file_token()
+        address = "127.0.0.1:29500"  # ps publishes it on the host's loopback only
+        health = _gradwire("health", address, "--timeout", "10", token=None)
+        assert health.returncode == 0 and "SERVING" in health.stdout, health.stdout + health.stderr
+        inspected = _gradwire("inspect", address, "--json", "--timeout", "10", token=token)
+        assert inspected.returncode == 0, inspected.stderr
+        info = json.loads(inspected.stdout)
+        assert info["worker"] == "ps" and {p["name"] for p in info["peers"]} >= {
+            "trainer0",
+            "trainer1",
+            "worker3",
+        }
+        refused = _gradwire("inspect", address, "--json", "--timeout", "10", token="wrong")
+        assert refused.returncode != 0
+        assert re.search(r"(?i)unauthenticated|token", refused.stdout + refused.stderr)
+        # reflection is open, like health: it shows the schema, never state
+        import grpc
+        from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+            ProtoReflectionDescriptorDatabase,
+        )
+
+        with grpc.insecure_channel(address) as channel:
+            services = set(ProtoReflectionDescriptorDatabase(channel).get_services())
+        assert {"gradwire.v1.Worker", "grpc.health.v1.Health"} <= services
+        up.kill()
+        up.communicate(timeout=60)
     finally:
         project.down()
 

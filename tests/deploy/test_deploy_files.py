@@ -142,7 +142,9 @@ def dockerfile() -> list[tuple[str, str]]:
 def test_dockerfile_slim_non_root_package_only() -> None:
     steps = dockerfile()
     froms = [rest for word, rest in steps if word == "FROM"]
-    assert all(re.fullmatch(r"python:3\.\d+-slim( AS \w+)?", f) for f in froms), froms
+    assert all(re.fullmatch(r"\$\{BASE_IMAGE\}( AS \w+)?", f) for f in froms), froms
+    args = [rest for word, rest in steps if word == "ARG"]
+    assert any(re.fullmatch(r"BASE_IMAGE=python:3\.\d+-slim", a) for a in args), args
     final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM") :]
     users = [rest for word, rest in final if word == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
@@ -150,12 +152,17 @@ def test_dockerfile_slim_non_root_package_only() -> None:
     assert set(copied) <= {"pyproject.toml", "client", "server", "deploy/jobs"}, copied
     installs = [rest for word, rest in final if word == "RUN" and "pip install" in rest]
     assert installs and all("--no-index" in r for r in installs)  # only the built wheels
-    ignore = [
-        ln.strip()
-        for ln in (ROOT / "deploy" / "Dockerfile.dockerignore").read_text().splitlines()
-        if ln.strip() and not ln.startswith("#")
-    ]
-    assert ignore[0] == "*" and "!client/" in ignore and "!server/" in ignore
+    for name in (
+        "deploy/Dockerfile.dockerignore",
+        ".dockerignore",
+    ):  # buildx and the classic builder
+        ignore = [
+            ln.strip()
+            for ln in (ROOT / name).read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")
+        ]
+        assert ignore[0] == "*" and "!client/" in ignore and "!server/" in ignore, name
+        assert not any("cluster.env" in ln or ".venv" in ln for ln in ignore[1:]), name
 
 
 def test_dockerfile_entrypoint_env_and_healthcheck_match_the_cli() -> None:
@@ -250,3 +257,35 @@ def test_k8s_driver_job_joins_as_the_last_rank(k8s: dict[str, dict[str, Any]]) -
     assert env["GRADWIRE_MASTER_ADDR"] == container_env(w)["GRADWIRE_MASTER_ADDR"]
     labels = job["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/component"] != "worker"  # not one of the Service's pods
+
+
+#: The Kubernetes release whose API schemas the manifests are checked against.
+K8S_VERSION = "1.33"
+
+
+def _k8s_documents() -> list[tuple[str, dict[str, Any]]]:
+    docs = []
+    for path in sorted((ROOT / "deploy" / "k8s").glob("*.yaml")):
+        if path.name == "kustomization.yaml":  # kustomize's own file, not an API resource
+            continue
+        docs += [(path.name, d) for d in yaml.safe_load_all(path.read_text()) if d]
+    return docs
+
+
+def test_k8s_manifests_validate_against_the_kubernetes_api_schemas() -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    docs = _k8s_documents()
+    assert {d["kind"] for _, d in docs} >= {"StatefulSet", "Service", "Job", "Secret"}
+    for name, doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises on any error
+    # the check can fail: a wrongly typed field and an unknown one are both refused
+    statefulset = next(d for _, d in docs if d["kind"] == "StatefulSet")
+    for broken in (
+        {**statefulset, "spec": {**statefulset["spec"], "replicas": "three"}},
+        {**statefulset, "spec": {**statefulset["spec"], "replica": 3}},
+    ):
+        with pytest.raises(kubernetes_validate.ValidationError):
+            kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+    kustomization = yaml.safe_load((ROOT / "deploy" / "k8s" / "kustomization.yaml").read_text())
+    for resource in kustomization["resources"]:
+        assert (ROOT / "deploy" / "k8s" / resource).exists(), resource

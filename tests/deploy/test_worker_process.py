@@ -191,9 +191,7 @@ def test_the_demo_job_runs_on_cli_workers_with_the_compose_environment() -> None
     workers = [
         start(
             "worker",
-            env=_cluster_env(
-                port, 3, GRADWIRE_NAME=n, GRADWIRE_RANK=str(r), GRADWIRE_ALLOW=allow
-            ),
+            env=_cluster_env(port, 3, GRADWIRE_NAME=n, GRADWIRE_RANK=str(r), GRADWIRE_ALLOW=allow),
         )
         for n, r in zip(names, (0, 2))
     ]
