@@ -277,7 +277,10 @@ def test_k8s_manifests_validate_against_the_kubernetes_api_schemas() -> None:
     docs = _k8s_documents()
     assert {d["kind"] for _, d in docs} >= {"StatefulSet", "Service", "Job", "Secret"}
     for name, doc in docs:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)  # raises on any error
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            raise AssertionError(f"{name}: {doc['kind']} is not valid: {exc}") from exc
     # the check can fail: a wrongly typed field and an unknown one are both refused
     statefulset = next(d for _, d in docs if d["kind"] == "StatefulSet")
     for broken in (
