@@ -85,6 +85,8 @@ async def _start(address: str, agent: Any) -> tuple[grpc.aio.Server, int]:
 
     def on_state(state: AgentState) -> None:
         status = _HEALTH.get(state)
+        if state is AgentState.SHUTTING_DOWN and agent.serving_until_job:
+            status = health_pb2.HealthCheckResponse.SERVING  # serving the job in the barrier
         if status is not None:
             for name in (SERVICE, ""):
                 asyncio.run_coroutine_threadsafe(health.set(name, status), loop)

@@ -207,6 +207,10 @@ class Agent:
             guard.install()  # the audit hook, once per process (docs/security.md)
         self.plan = plan(options.init_method, rank, world_size, options.listen_address)
         self.state = AgentState.UNINITIALIZED
+        #: A worker that enters the shutdown barrier as soon as it joined, to serve until the
+        #: job ends (gradwire-worker --until job), reports SERVING to health checks while it
+        #: waits there; any other shutdown reports NOT_SERVING from its start.
+        self.serving_until_job = False
         self.pool = ServingPool(options.num_worker_threads, name=f"gradwire-{name}")
         self.transport = Transport(options, rank)
         self.caller = Caller(self)

@@ -17,6 +17,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from gradwire._runtime import agent as _agent
+
 from .lifecycle import EXIT_CONFIG, Background, abandon, join, wait_for
 from .settings import ConfigError
 from .signals import EXIT_SIGNALLED, StopSignals
@@ -67,6 +69,7 @@ def serve(cfg: WorkerConfig, prog: str = "gradwire-worker") -> int:
         # As a PyTorch worker: enter the shutdown barrier at once and keep serving until every
         # worker (the driver last) arrived there.
         timeout = cfg.job_timeout or NO_TIMEOUT_SECONDS
+        _agent.current("gradwire-worker").serving_until_job = True  # health: SERVING meanwhile
         task = Background(lambda: rpc.shutdown(graceful=True, timeout=timeout), "gw-leave")
         return wait_for(task, "leaving with the job", stops, cfg.shutdown_timeout)
     while not stops.event.wait(1.0):

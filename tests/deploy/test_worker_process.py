@@ -211,3 +211,38 @@ def test_the_demo_job_runs_on_cli_workers_with_the_compose_environment() -> None
     finally:
         for w in workers:
             w.kill()
+
+
+def test_a_worker_serving_until_the_job_ends_reports_serving_meanwhile() -> None:
+    # gradwire-worker --until job enters the shutdown barrier at once and serves from there:
+    # health checks (a Kubernetes readiness probe, `gradwire health`) must see SERVING until
+    # the job ends, not NOT_SERVING for the whole job (found by running compose for real).
+    port = free_port()
+    worker = start("worker", env=_cluster_env(port, 2, GRADWIRE_NAME="ps", GRADWIRE_RANK="0"))
+    rounds = str(ROOT / "deploy" / "jobs" / "autograd_rounds.py")
+    driver = start(
+        "run",
+        rounds,
+        "400",
+        "0.05",
+        env=_cluster_env(port, 2, GRADWIRE_NAME="driver", GRADWIRE_RANK="1"),
+    )
+    try:
+        env = _cluster_env(port, 2)
+        wait_until(
+            lambda: run("health", "--live", f"127.0.0.1:{port}", env=env).popen.returncode == 0,
+            30,
+            "the worker to answer health checks",
+        )
+        time.sleep(4)  # the cluster joined and the 20 s job runs
+        statuses = []
+        for _ in range(4):  # well inside the job: every check sees SERVING
+            statuses.append(run("health", f"127.0.0.1:{port}", env=env).out.strip())
+            time.sleep(0.5)
+        assert driver.popen.poll() is None  # the job is still running
+        assert all(s.endswith(": SERVING") for s in statuses), statuses
+        assert driver.finish(120) == 0, driver.output
+        assert worker.finish(30) == 0, worker.output
+    finally:
+        driver.kill()
+        worker.kill()
