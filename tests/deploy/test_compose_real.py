@@ -149,13 +149,21 @@ def test_compose_up_runs_the_demo_to_exit_0_with_hardened_containers(image: str)
         project.down()
 
 
-def test_a_deploy_job_runs_through_gradwire_job(image: str) -> None:
-    project = Project(GRADWIRE_JOB="/opt/gradwire/jobs/ping_all.py")
+@pytest.mark.parametrize(
+    "job,expected",
+    [
+        ("ping_all.py", "ping_all: 3 workers answered"),
+        ("autograd_rounds.py", "autograd_rounds: round 3:"),
+        ("rref_rounds.py", "rref_rounds: round 3:"),
+    ],
+)
+def test_the_deploy_jobs_run_through_gradwire_job(image: str, job: str, expected: str) -> None:
+    project = Project(GRADWIRE_JOB=f"/opt/gradwire/jobs/{job}")
     try:
         up = project.run("up", "--exit-code-from", "trainer0", timeout=300)
         log = up.stdout + up.stderr
         assert up.returncode == 0, log[-4000:]
-        assert "ping_all: 3 workers answered" in log, log[-4000:]
+        assert expected in log, log[-4000:]
     finally:
         project.down()
 
