@@ -130,6 +130,10 @@ def test_compose_up_runs_the_demo_to_exit_0_with_hardened_containers(image: str)
         acc = _accuracies(log)
         assert set(acc) == {"trainer0", "trainer1"} and min(acc.values()) >= 0.90, acc
         print(f"compose up, demo job: {elapsed:.1f} s, accuracies {acc}")
+        # start order gated by health: the driver starts after ps answered its health check
+        healthy = log.find(f"{project.name}-ps-1 Healthy")
+        driver_started = log.find(f"{project.name}-trainer0-1 Started")
+        assert 0 <= healthy < driver_started, log[:3000]
         containers = project.containers()
         assert len(containers) == 4
         token = _env_file_token()

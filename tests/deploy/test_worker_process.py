@@ -75,16 +75,21 @@ def test_sigterm_shuts_a_signal_worker_down_gracefully_with_its_job_peer() -> No
         other.kill()
 
 
+def _wait_live(port: int, env: dict[str, str]) -> None:
+    """Until the worker on ``port`` answers health checks (SERVING or not)."""
+    wait_until(
+        lambda: run("health", "--live", f"127.0.0.1:{port}", env=env).popen.returncode == 0,
+        30,
+        f"the worker on port {port} to answer health checks",
+    )
+
+
 def test_health_is_not_serving_while_joining_but_live() -> None:
     port = free_port()
     lonely = start("worker", env=_cluster_env(port, 2, GRADWIRE_NAME="ps", GRADWIRE_RANK="0"))
     try:
         env = _cluster_env(port, 2)
-        wait_until(
-            lambda: run("health", "--live", f"127.0.0.1:{port}", env=env).popen.returncode == 0,
-            30,
-            "the joining worker to answer health checks",
-        )
+        _wait_live(port, env)
         strict = run("health", f"127.0.0.1:{port}", env=env)
         assert strict.popen.returncode == 1 and "NOT_SERVING" in strict.out
         # The address also comes from $GRADWIRE_LISTEN (the Docker HEALTHCHECK form).
@@ -229,11 +234,7 @@ def test_a_worker_serving_until_the_job_ends_reports_serving_meanwhile() -> None
     )
     try:
         env = _cluster_env(port, 2)
-        wait_until(
-            lambda: run("health", "--live", f"127.0.0.1:{port}", env=env).popen.returncode == 0,
-            30,
-            "the worker to answer health checks",
-        )
+        _wait_live(port, env)
         time.sleep(4)  # the cluster joined and the 20 s job runs
         statuses = []
         for _ in range(4):  # well inside the job: every check sees SERVING
