@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
+from typing import Any
+
+import pytest
+from gradwire.errors import PolicyError
 
 LAZY = "gradwire._runtime.rref_shutdown"  # imported by get_debug_info() at its first call
 
@@ -31,3 +36,16 @@ def test_a_lazy_import_of_gradwire_from_its_bytecode_cache_passes_the_guard() ->
     assert done.returncode == 0, done.stderr
     # an import from outside the standard library, gradwire and NumPy is still refused
     assert "PolicyError" in done.stdout and "yaml" in done.stdout, done.stdout
+
+
+def test_logging_inside_guarded_code_works(caplog: Any) -> None:
+    # logging's findCaller raises the sys._getframe audit event on every call: a guarded
+    # gradwire function that logs a warning must not fail for it.
+    from gradwire._wire import guard
+
+    log = logging.getLogger("gradwire.test_guard")
+    with guard.guarded("test", "w"):
+        log.warning("a warning from guarded code")
+        with pytest.raises(PolicyError, match="tried to open"):
+            open(__file__)  # noqa: SIM115 - the refused event itself
+    assert "a warning from guarded code" in caplog.text
