@@ -253,6 +253,15 @@ def remote_error_type(cls: type[BaseException]) -> type:
         return found
 
 
+def _layout_base(cls: type) -> type:
+    """The builtin exception type whose ``__new__`` builds ``cls``'s instances (its layout:
+    ``OSError`` for a mix-in of ``RuntimeError`` and ``ConnectionError``)."""
+    base = cls
+    while base.__module__ != "builtins" and base.__base__ is not None:
+        base = base.__base__
+    return base
+
+
 _callback_types: dict[type, type | None] = {}
 
 
@@ -287,11 +296,8 @@ def callback_error(exc: BaseException) -> BaseException:
         wrapped = CallbackError(f"the then() callback raised {cls.__name__}: {exc}")
         wrapped.__cause__ = exc
         return wrapped
-    base: type = dual
-    while base.__module__ != "builtins" and base.__base__ is not None:
-        base = base.__base__  # down to the builtin whose __new__ builds this layout
     try:
-        new = base.__new__(dual, *exc.args)
+        new = _layout_base(dual).__new__(dual, *exc.args)
         new.args = exc.args
         new.__dict__.update(getattr(exc, "__dict__", {}))
     except Exception:  # noqa: BLE001 - arguments its __new__ refuses: wrap instead

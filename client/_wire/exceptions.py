@@ -14,7 +14,7 @@ import traceback
 from typing import Any
 
 from .._proto import worker_pb2 as pb
-from ..errors import RemoteError, remote_error_type
+from ..errors import RemoteError, _layout_base, remote_error_type
 from .pickler import PROTOCOL, DecodeContext, loads
 from .policy import CallablePolicy, origin_of
 
@@ -78,15 +78,6 @@ def encode_exception(exc: BaseException, worker: str) -> pb.RemoteException:
         worker=worker,
         pickled_args=pickled,
     )
-
-
-def _layout_base(cls: type) -> type:
-    """The builtin exception type whose ``__new__`` builds ``cls``'s instances (its layout:
-    ``OSError`` for a mix-in of ``RuntimeError`` and ``ConnectionError``)."""
-    base = cls
-    while base.__module__ != "builtins" and base.__base__ is not None:
-        base = base.__base__
-    return base
 
 
 def decode_exception(

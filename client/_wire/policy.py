@@ -374,11 +374,9 @@ class CallablePolicy:
             PolicyError, SerializationError: as :meth:`resolve`.
         """
         key = (module, qualname)
-        hit = self._resolved.get(key)
-        if hit is not None:  # still the same module and the same top-level object
-            mod_key, first, mod, root, known, verdict = hit
-            if sys.modules.get(mod_key) is mod and getattr(mod, first, None) is root:
-                return known, verdict
+        hit = self._cached(key)
+        if hit is not None:
+            return hit
         from ..errors import SerializationError
 
         self.check(module, qualname, worker, what)
@@ -400,6 +398,17 @@ class CallablePolicy:
             self._resolved[key] = (mod_key, first, mod, getattr(mod, first, None), obj, verdict)
         return obj, verdict
 
+    def _cached(self, key: tuple[str, str]) -> tuple[Any, Verdict] | None:
+        """``(object, verdict)`` of a name resolved before, while its module and top-level
+        object are unchanged; None otherwise."""
+        hit = self._resolved.get(key)
+        if hit is None:
+            return None
+        mod_key, first, mod, root, known, verdict = hit
+        if sys.modules.get(mod_key) is mod and getattr(mod, first, None) is root:
+            return known, verdict
+        return None
+
     def resolve_call(self, module: str, qualname: str, worker: str = "") -> Any:
         """The function a call names, ready to call: wrapped to run under the guard when only
         the default lists allow it (see :meth:`resolve` for the checks).
@@ -407,15 +416,9 @@ class CallablePolicy:
         Raises:
             PolicyError, SerializationError: as :meth:`resolve`.
         """
-        hit = self._resolved.get((module, qualname))
-        if hit is not None:  # the call path: a name resolved before, unchanged since
-            mod_key, first, mod, root, known, verdict = hit
-            if (
-                verdict is not Verdict.DEFAULT
-                and sys.modules.get(mod_key) is mod
-                and getattr(mod, first, None) is root
-            ):
-                return known
+        hit = self._cached((module, qualname))
+        if hit is not None and hit[1] is not Verdict.DEFAULT:  # the call path: nothing to wrap
+            return hit[0]
         obj, verdict = self.resolve_with_verdict(module, qualname, worker)
         return self.runnable(obj, verdict, f"{module}:{qualname}", worker)
 

@@ -104,15 +104,10 @@ def pack(
     return meta, byte_view(np.ascontiguousarray(arr))
 
 
-def _extent(arr: np.ndarray) -> tuple[int, int]:
-    """The bytes ``[lo, hi)`` an array's elements span (its strides may be negative)."""
-    lo = hi = int(arr.__array_interface__["data"][0])
-    for n, stride in zip(arr.shape, arr.strides):
-        if stride > 0:
-            hi += stride * (n - 1)
-        else:
-            lo += stride * (n - 1)
-    return lo, hi + arr.itemsize
+try:  # the bytes [low, high) an array's elements span, as NumPy computes them
+    from numpy.lib.array_utils import byte_bounds as _extent  # NumPy >= 2
+except ImportError:  # NumPy 1.26
+    from numpy import byte_bounds as _extent  # type: ignore[attr-defined,no-redef]
 
 
 def _owner_extent(arr: np.ndarray) -> tuple[int, int] | None:
