@@ -9,15 +9,14 @@ against PyTorch whenever it is there.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from torch_oracle import require_torch_python
 
 from . import launch, scenarios
 
@@ -31,16 +30,7 @@ def gradwire_outcomes() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def torch_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    python = os.environ.get("GRADWIRE_TORCH_PYTHON")
-    if python:
-        python = os.path.abspath(python)
-    if not python and importlib.util.find_spec("torch") is not None:
-        python = sys.executable
-    if not python:
-        pytest.skip(
-            "torch is not importable here (pip install torch==2.13.0, or set "
-            "GRADWIRE_TORCH_PYTHON to an interpreter that has it)"
-        )
+    python = require_torch_python()
     out = tmp_path_factory.mktemp("torch") / "outcomes.json"
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
     subprocess.run(

@@ -3,7 +3,6 @@ or differs on purpose), on real worker processes."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from gradwire import errors
 from gradwire.distributed import rpc
 from gradwire.distributed.rpc._testing import run_cluster
 from gradwire.futures import Future
+from torch_oracle import require_torch_python
 
 from . import surface_bodies as bodies
 
@@ -121,10 +121,6 @@ def test_the_pytorch_example_runs_on_gradwire() -> None:
 
 
 def test_the_pytorch_example_runs_on_pytorch_too() -> None:
-    python = os.environ.get("GRADWIRE_TORCH_PYTHON")
-    if not python and importlib.util.find_spec("torch") is not None:
-        python = sys.executable
-    if not python:
-        pytest.skip("torch is not importable here (see test_conformance.py)")
+    python = require_torch_python()
     out = _run_example(python, {"FROM_PYTORCH_USE_TORCH": "1"})
     assert "fitted" in out and "served 300 forward calls" in out, out
