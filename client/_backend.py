@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Device", "device", "array_module", "cupy_or_none", "is_cuda_available", "to_device"]
+__all__ = [
+    "Device",
+    "device",
+    "array_module",
+    "cupy_or_none",
+    "device_scope",
+    "is_cuda_available",
+    "to_device",
+]
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 _cupy: Any = None
@@ -122,6 +131,14 @@ def module_for(dev: Device) -> Any:
     return np if dev.type == "cpu" else _require_cupy(f"device {dev}")
 
 
+def device_scope(dev: Device) -> contextlib.AbstractContextManager[Any]:
+    """Make ``dev`` CuPy's current device inside the block (CuPy allocates new arrays there);
+    nothing to do for the CPU."""
+    if dev.type == "cpu":
+        return contextlib.nullcontext()
+    return _require_cupy(f"device {dev}").cuda.Device(dev.index)
+
+
 def to_device(arr: Any, dev: Device) -> Any:
     """Copy ``arr`` to ``dev`` (no copy when it is already there)."""
     src = device_of(arr)
@@ -130,5 +147,14 @@ def to_device(arr: Any, dev: Device) -> Any:
     if dev.type == "cpu":
         return arr.get()  # cupy -> numpy
     cp = _require_cupy(f"moving a tensor to {dev}")
+    if src.type == "cpu":
+        with cp.cuda.Device(dev.index):
+            return cp.asarray(arr)
+    # Device to device: an explicit peer copy (asarray returns a CuPy array as it is, wherever
+    # it lives, so it would not move it).
+    with cp.cuda.Device(src.index):
+        arr = cp.ascontiguousarray(arr)
     with cp.cuda.Device(dev.index):
-        return cp.asarray(arr)
+        out = cp.empty(arr.shape, arr.dtype)
+        out.data.copy_from_device(arr.data, arr.nbytes)
+    return out

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ._backend import CPU, Device, device_of, module_for, to_device
+from ._backend import CPU, Device, device_of, device_scope, module_for, to_device
 from ._dtypes import get_default_dtype, to_numpy_dtype
 from ._ops import movement as M
 from ._tensor import Tensor
@@ -173,7 +173,8 @@ def _factory(
         raise RuntimeError(
             f"{random}(): expected a floating point or complex dtype, got {np.dtype(np_dt)}"
         )
-    arr = make(module_for(dev), shp, np_dt, dev)
+    with device_scope(dev):  # CuPy creates arrays on its current device: make it `dev`
+        arr = make(module_for(dev), shp, np_dt, dev)
     t = Tensor._wrap(arr)
     t._inference = _state.inference
     if requires_grad:

@@ -27,20 +27,46 @@ class GloballyUniqueId(_message.Message):
     def __init__(self, created_on: _Optional[int] = ..., local_id: _Optional[int] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("name", "id", "address", "host_id", "local_address", "local_call_address")
+    __slots__ = ("name", "id", "address", "host_id", "local_address", "local_call_address", "cuda_device_count", "devices", "device_maps")
+    class DeviceMapsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: DeviceMap
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[DeviceMap, _Mapping]] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LOCAL_CALL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CUDA_DEVICE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_MAPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     id: int
     address: str
     host_id: str
     local_address: str
     local_call_address: str
-    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., local_address: _Optional[str] = ..., local_call_address: _Optional[str] = ...) -> None: ...
+    cuda_device_count: int
+    devices: _containers.RepeatedScalarFieldContainer[str]
+    device_maps: _containers.MessageMap[str, DeviceMap]
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., local_address: _Optional[str] = ..., local_call_address: _Optional[str] = ..., cuda_device_count: _Optional[int] = ..., devices: _Optional[_Iterable[str]] = ..., device_maps: _Optional[_Mapping[str, DeviceMap]] = ...) -> None: ...
+
+class DeviceMap(_message.Message):
+    __slots__ = ("devices",)
+    class DevicesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.ScalarMap[str, str]
+    def __init__(self, devices: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TensorMeta(_message.Message):
     __slots__ = ("dtype", "shape", "nbytes", "device", "target_device", "requires_grad", "shm", "kind")

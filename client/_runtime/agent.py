@@ -44,6 +44,8 @@ from . import loop as io
 from . import shm_route
 from .callee import Callee
 from .caller import Caller
+from .device_maps import DeviceMaps
+from .device_maps import publish as publish_devices
 from .liveness import Liveness
 from .options import NO_TIMEOUT, UNSET_RPC_TIMEOUT, GrpcRpcBackendOptions
 from .pool import ServingPool
@@ -232,6 +234,8 @@ class Agent:
         #: True when rank 0 generated the token (Join is then open on loopback).
         self.token_generated = False
         self.rendezvous: RendezvousHost | None = None
+        #: The maps tensors travel by (own maps; the inverse ones once the rendezvous is done).
+        self.device_maps = DeviceMaps(name, options.device_maps)
         self.barriers: BarrierHost | None = None
         self.control_handlers: dict[str, Callable[..., Any]] = {}
         self._listeners: list[Callable[[AgentState], None]] = []
@@ -360,6 +364,7 @@ class Agent:
             local_address=self.local_address,
             local_call_address=self.local_call_address,
         )
+        publish_devices(me, self.options.device_maps, self.options.devices)
         timeout = self.options.init_timeout
         if self.rank == 0:
             assert self.rendezvous is not None
@@ -393,6 +398,7 @@ class Agent:
         self.session = reply.session
         self.peers = [_peer(w, me.host_id) for w in reply.workers]
         self.by_name = {p.name: p for p in self.peers}
+        self.device_maps = DeviceMaps(self.name, self.options.device_maps, reply.workers)
         if self.rank == 0:
             self.barriers = BarrierHost({p.id: p.name for p in self.peers})
         self.liveness.start()

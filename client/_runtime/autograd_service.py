@@ -153,7 +153,8 @@ class DistAutogradService(hooks.CallHook):
         if not header.HasField("autograd") or not header.autograd.HasField("message_id"):
             return
         ctx = self.container.get_or_create(header.autograd.context_id)
-        record_recv(ctx, _grad_tensors(tensors), peer, from_gid(header.autograd.message_id))
+        fn = record_recv(ctx, _grad_tensors(tensors), peer, from_gid(header.autograd.message_id))
+        fn.forward_was_reply = True  # its gradients go back by our own map (docs/gpu.md)
 
     # -- the engine's transport ---------------------------------------------------------------------
     def send_gradients(
@@ -177,7 +178,7 @@ class DistAutogradService(hooks.CallHook):
         )
         try:
             ectx = EncodeContext(
-                peer=peer.name, device_map=agent.options.device_maps.get(peer.name)
+                peer=peer.name, device_map=self._gradient_map(peer.name, context_id, message_id)
             )
             first, buffers = calls.encode_body(pb.FrameHeader(gradients=head), list(grads), ectx)
             size = calls.total_bytes(buffers)
@@ -219,6 +220,15 @@ class DistAutogradService(hooks.CallHook):
         except RuntimeError as exc:  # the serving pool is closed: the agent is shutting down
             out.set_exception(RpcShutdownError(f"cannot send gradients to {peer.name!r}: {exc}"))
         return out
+
+    def _gradient_map(self, peer: str, context_id: int, message_id: int) -> Any:
+        """Gradients go back by the inverse of the map their forward message travelled by."""
+        try:
+            recv = self.container.get(context_id).recv_functions.get(message_id)
+        except Exception:  # noqa: BLE001 - a released context: no tensors will be sent anyway
+            recv = None
+        was_reply = bool(getattr(recv, "forward_was_reply", False))
+        return self.agent.device_maps.gradients(peer, was_reply)
 
     def release_context(self, dst: int, context_id: int) -> Future[Any]:
         agent = self.agent

@@ -298,7 +298,8 @@ class Callee:
         agent = self._agent
         peer = agent.peer_name(caller_id)
         try:
-            ctx = EncodeContext(peer=peer, device_map=agent.options.device_maps.get(peer))
+            # The reply travels by the inverse of the caller's map (PyTorch's rule).
+            ctx = EncodeContext(peer=peer, device_map=agent.device_maps.reply(peer))
             first, buffers = calls.encode_body(
                 pb.FrameHeader(reply=pb.ReplyHeader(message_id=call.message_id)), value, ctx
             )

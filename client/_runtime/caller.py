@@ -171,7 +171,7 @@ class Caller:
             first = pb.FrameHeader(call=header, last=True)  # the whole message in one frame
             first.payload.pickle_nbytes = len(plain)
             return first, [plain], None
-        ctx = EncodeContext(peer=peer.name, device_map=agent.options.device_maps.get(peer.name))
+        ctx = EncodeContext(peer=peer.name, device_map=agent.device_maps.request(peer.name))
         try:
             first, buffers = calls.encode_body(pb.FrameHeader(call=header), body, ctx)
             size = calls.payload_bytes(first, calls.total_bytes(buffers))

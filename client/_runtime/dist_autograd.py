@@ -108,6 +108,9 @@ class RecvFunction(Node):
     gradients to the sender's SendFunction."""
 
     run_without_grads = True  # must answer its peer even when no gradient reached it
+    #: True when the message was the reply to this worker's own call (set by the agent): the
+    #: gradients then go back by this worker's device map instead of the inverse of the peer's.
+    forward_was_reply = False
 
     def __init__(self, message_id: int, src: int, num_tensors: int) -> None:
         self.message_id = message_id
@@ -156,8 +159,11 @@ class DistAutogradContext:
             self.known_workers.add(fn.src)
 
     def accumulate(self, leaf: Any, grad: Any) -> None:
-        """Add ``grad`` to this context's gradient of ``leaf`` (never to ``leaf.grad``)."""
+        """Add ``grad`` to this context's gradient of ``leaf`` (never to ``leaf.grad``); the
+        store keeps it on the leaf's device (a device array, not a host copy)."""
         g = grad.detach()
+        if g.device != leaf.device:
+            g = g.to(leaf.device)
         with self.lock:
             prev = self._grads.get(id(leaf))
             # Out of place: the same gradient tensor may be stored for several leaves.

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._wire.framing import DEFAULT_CHUNK_BYTES, DEFAULT_SINGLE_FRAME_BYTES
 from .._wire.policy import DEFAULT_DENY, CallablePolicy
+from .device_maps import normalize_device_map
 
 __all__ = [
     "GrpcRpcBackendOptions",
@@ -61,8 +62,11 @@ class GrpcRpcBackendOptions:
         callable_guard: run callables that only the default lists allow, and the unpickling
             of payloads, under the guard that refuses files, processes and sockets (on by
             default; docs/security.md).
-        device_maps: per peer name, local device -> peer device, for GPU tensors.
-        devices: the local devices this worker uses (PyTorch's option), e.g. ``["cuda:0"]``.
+        device_maps: per peer name, local device -> peer device, for the CUDA tensors of the
+            requests sent to that peer; replies and gradients come back by the inverse map
+            (one-to-one, checked at ``init_rpc`` against every worker; docs/gpu.md).
+        devices: the local CUDA devices this worker uses (PyTorch's option), e.g.
+            ``["cuda:0"]``; when set, device maps may only name these.
         keepalive_seconds: ping interval on active connections, to notice dead peers.
         use_unix_socket: also serve on a Unix domain socket that peers on the same host dial
             (faster than loopback TCP); off when TLS is on.
@@ -136,6 +140,8 @@ class GrpcRpcBackendOptions:
             raise ValueError(f"peer_lost_seconds must be > 0, got {self.peer_lost_seconds}")
         if self.token is None:
             self.token = os.environ.get("GRADWIRE_TOKEN") or None
+        self.device_maps = {to: normalize_device_map(to, m) for to, m in self.device_maps.items()}
+        self.devices = [_cuda_device(d) for d in self.devices]
 
     def set_device_map(self, to: str, device_map: dict[Any, Any]) -> None:
         """Declare where this worker's GPU tensors land on worker ``to``.
@@ -143,15 +149,24 @@ class GrpcRpcBackendOptions:
         Args:
             to: peer worker name.
             device_map: ``{"cuda:0": "cuda:1"}`` (local device -> device on ``to``); an int
-                ``n`` means ``"cuda:n"``, as in PyTorch.
+                ``n`` means ``"cuda:n"``, as in PyTorch. Calls add to the map already set.
+
+        Raises:
+            ValueError: a non-CUDA device, or a map that would not be one-to-one.
+
+        Example:
+            >>> opts.set_device_map("worker1", {0: 1})  # my cuda:0 -> worker1's cuda:1
         """
-        self.device_maps.setdefault(to, {}).update(
-            {_device_name(k): _device_name(v) for k, v in device_map.items()}
-        )
+        merged = {**self.device_maps.get(to, {}), **dict(device_map)}
+        self.device_maps[to] = normalize_device_map(to, merged)
 
     def set_devices(self, devices: list[Any]) -> None:
-        """Declare the local devices this worker uses (PyTorch's ``set_devices``)."""
-        self.devices = [_device_name(d) for d in devices]
+        """Declare the local CUDA devices this worker uses (PyTorch's ``set_devices``).
+
+        Raises:
+            ValueError: a device that is not a CUDA device.
+        """
+        self.devices = [_cuda_device(d) for d in devices]
 
     @property
     def tls_enabled(self) -> bool:
@@ -187,6 +202,13 @@ def _device_name(device: Any) -> str:
     if isinstance(device, int) and not isinstance(device, bool):
         return f"cuda:{device}"
     return str(device)
+
+
+def _cuda_device(device: Any) -> str:
+    name = _device_name(device)
+    if not name.startswith("cuda"):
+        raise ValueError(f"devices lists CUDA devices ('cuda:N' or an int), got {name!r}")
+    return name if ":" in name else f"{name}:0"
 
 
 class BackendType(enum.Enum):
@@ -233,7 +255,7 @@ class TensorPipeRpcBackendOptions(GrpcRpcBackendOptions):
             num_worker_threads=num_worker_threads,
             rpc_timeout=rpc_timeout,
             init_method=init_method,
-            devices=[_device_name(d) for d in devices or ()],
+            devices=[_cuda_device(d) for d in devices or ()],
             **options,
         )
         for to, mapping in (device_maps or {}).items():

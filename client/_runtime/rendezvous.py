@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .._proto import worker_pb2 as pb
 from ..errors import RpcInitError
+from . import device_maps
 
 __all__ = ["Plan", "plan", "is_loopback", "RendezvousHost", "BarrierHost"]
 
@@ -135,6 +136,11 @@ class RendezvousHost:
                 )
         self.members[worker.id] = worker
         if len(self.members) == self.world_size:
+            problems = device_maps.validate(list(self.members.values()))
+            if problems:  # every rank fails init_rpc with the same list
+                raise self._fail(
+                    "invalid device maps: " + "; ".join(problems) + " (see docs/gpu.md)"
+                )
             self._done.set()
 
     async def wait(self, timeout: float) -> pb.JoinReply:

@@ -102,7 +102,7 @@ class RRefCalls:
             fork_id=to_gid(handle.fork_id),
             timeout_seconds=timeout or 0.0,
         )
-        ctx = EncodeContext(peer=peer.name, device_map=agent.options.device_maps.get(peer.name))
+        ctx = EncodeContext(peer=peer.name, device_map=agent.device_maps.request(peer.name))
         try:
             first, buffers = calls.encode_body(
                 pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx

@@ -139,7 +139,7 @@ class RRefFetch:
         if isinstance(value, Failure):
             return self._fetch_error(request, value.fresh())
         peer = agent.peer_name(caller_id)
-        ctx = EncodeContext(peer=peer, device_map=agent.options.device_maps.get(peer))
+        ctx = EncodeContext(peer=peer, device_map=agent.device_maps.reply(peer))  # inverse map
         try:
             first, buffers = calls.encode_body(
                 pb.FrameHeader(fetch=pb.FetchHeader(rref_id=request.rref_id)), value, ctx

@@ -2,8 +2,10 @@
 
 A non-contiguous view is made contiguous first, so only its own elements travel and it arrives
 with its shape. A large tensor for a peer on the same host goes through shared memory instead
-(:mod:`gradwire._wire.shm`). GPU (CuPy) arrays need a device map entry for the destination; without one the
-error is immediate and names the ``device_maps`` option.
+(:mod:`gradwire._wire.shm`). GPU (CuPy) arrays need an entry for their device in the map of their
+direction (the caller's map for a request, its inverse for a reply or gradients;
+``gradwire._runtime.device_maps``); without one the error is immediate and says which worker's
+``set_device_map`` to extend. CPU arrays never use a map.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def pack(
         obj: a gradwire Tensor (or Parameter) or a numpy.ndarray.
         kind: KIND_TENSOR, KIND_PARAMETER or KIND_NDARRAY.
         peer: destination worker name, for error messages.
-        device_map: this worker's map ``{"cuda:0": "cuda:1", ...}`` for ``peer``.
+        device_map: the map of this message's direction ``{"cuda:0": "cuda:1", ...}`` (a
+            ``DeviceRoute`` carries the hint for a missing entry).
 
     Returns:
         ``(meta, buffer)``, or None for an ndarray whose dtype cannot travel raw (object dtype).
@@ -82,9 +85,15 @@ def pack(
     if device != "cpu":
         target = (device_map or {}).get(device, "")
         if not target:
+            # A reply's map is the caller's, inverted: the hint says where to add the entry.
+            hint = getattr(device_map, "missing_hint", None) or (
+                f"set rpc_backend_options.set_device_map({peer!r}, {{DEVICE: 'cuda:N'}}) on "
+                "this worker"
+            )
             raise SerializationError(
-                f"cannot send a tensor on {device} to worker {peer!r}: no device map entry; set "
-                f"rpc_backend_options.set_device_map({peer!r}, {{{device!r}: 'cuda:N' or 'cpu'}})"
+                f"cannot send a tensor on {device} to worker {peer!r}: no device map entry for "
+                f"{device}; {hint.replace('DEVICE', repr(device))} (or move the tensor to the "
+                "CPU first)"
             )
         arr = arr.get()  # device -> host copy; the receiver moves it to `target`
     check_within_base(arr, peer)

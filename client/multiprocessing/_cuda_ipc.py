@@ -12,8 +12,9 @@ the current stream wait on the producer's event, wrap the memory in a CuPy array
 finalizer closes the handle and releases the slot. A tensor that comes back to its producer is
 rebuilt from the producer's own memory (opening one's own IPC handle fails).
 
-Not exercised here: this machine has no GPU. The bookkeeping lives in ``_cuda_refcount`` and is
-tested without one.
+Tested without a GPU against a CuPy stand-in (tests/fake_cupy: IPC handles are shared-memory
+segments there) and, on a GPU, by the ``gpu``-marked test; the bookkeeping lives in
+``_cuda_refcount`` and needs no GPU at all (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -156,7 +157,16 @@ def reduce_cuda_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
     )
     return (
         rebuild_cuda_tensor,
-        (type(tensor), device, exported.handle, layout, event_handle, slot, tensor.requires_grad),
+        (
+            type(tensor),
+            device,
+            exported.handle,
+            exported.memory.size,
+            layout,
+            event_handle,
+            slot,
+            tensor.requires_grad,
+        ),
     )
 
 

@@ -131,7 +131,19 @@ class ProducerRegistry:
                 del self._held[key]
                 self._free.append(key)
                 freed += 1
+        if freed and not self._held:
+            self._release_blocks_locked()
         return freed
+
+    def _release_blocks_locked(self) -> None:
+        # Nothing is held: give the counter blocks back, so an idle producer leaves nothing
+        # in /dev/shm (the next send makes a new block).
+        for block in self._blocks:
+            finalizer = getattr(block, "_finalizer", None)
+            if finalizer is not None:
+                finalizer()
+        self._blocks.clear()
+        self._free.clear()
 
     def _add_block(self) -> None:
         block = _segment.create(self._slots_per_block * _COUNTER.size, FILE_SYSTEM)

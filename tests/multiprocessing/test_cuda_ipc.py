@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import weakref
 from multiprocessing.reduction import ForkingPickler
 
@@ -22,17 +23,36 @@ class Memory:
 
 def test_slot_is_held_until_released_then_reused():
     reg = _cuda_refcount.ProducerRegistry(slots_per_block=4)
+    other = reg.register(Memory())  # keeps the block in use
     mem = Memory()
     alive = weakref.ref(mem)
     ref = reg.register(mem)
     del mem
-    assert reg.collect() == 0 and alive() is not None and reg.held() == 1
+    assert reg.collect() == 0 and alive() is not None and reg.held() == 2
     _cuda_refcount.release_slot(ref)
-    assert reg.collect() == 1 and reg.held() == 0
+    assert reg.collect() == 1 and reg.held() == 1
     gc.collect()
     assert alive() is None
     again = reg.register(Memory())
     assert (again.block, again.slot) == (ref.block, ref.slot)  # the freed slot is reused
+    for r in (other, again):
+        _cuda_refcount.release_slot(r)
+    assert reg.collect() == 2
+
+
+def test_an_idle_registry_gives_its_blocks_back() -> None:
+    reg = _cuda_refcount.ProducerRegistry(slots_per_block=2)
+    refs = [reg.register(Memory()) for _ in range(3)]
+    paths = sorted({os.path.join("/dev/shm", r.block) for r in refs})
+    assert len(paths) == 2 and all(os.path.exists(p) for p in paths)
+    for r in refs:
+        _cuda_refcount.release_slot(r)
+    assert reg.collect() == 3 and reg.held() == 0
+    assert not any(os.path.exists(p) for p in paths)  # nothing left in /dev/shm
+    again = reg.register(Memory())  # the next send makes a new block
+    assert os.path.exists(os.path.join("/dev/shm", again.block))
+    _cuda_refcount.release_slot(again)
+    assert reg.collect() == 1
 
 
 def test_blocks_grow_when_slots_run_out():

@@ -9,8 +9,6 @@ import gradwire as gw
 import numpy as np
 import pytest
 
-needs_gpu = pytest.mark.skipif(not gw.is_cuda_available(), reason="needs CuPy and a CUDA device")
-
 
 # ------------------------------------------------------------------ metadata
 def test_shape_ndim_numel_and_friends():
@@ -170,7 +168,8 @@ def test_bad_device_strings_are_rejected():
         gw.ones(2).to("tpu")
 
 
-@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.skipif(not gw.is_cuda_available(), reason="needs CuPy and a CUDA device")
 def test_cuda_round_trip_keeps_values_and_gradients():
     x = gw.tensor([1.0, 2.0], requires_grad=True)
     y = x.cuda()
@@ -182,7 +181,8 @@ def test_cuda_round_trip_keeps_values_and_gradients():
     assert "device='cuda:0'" in repr(y.detach())
 
 
-@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.skipif(not gw.is_cuda_available(), reason="needs CuPy and a CUDA device")
 def test_cuda_ops_match_cpu():
     a = gw.randn(3, 4, dtype=gw.float64)
     b = gw.randn(4, 2, dtype=gw.float64)
