@@ -9,7 +9,9 @@ from __future__ import annotations
 from . import (
     _malloc,  # noqa: F401  (tunes glibc's malloc thresholds at import; see its docstring)
     _tensor_methods,  # noqa: F401  (op surface of Tensor)
+    _tensor_scatter,  # noqa: F401  (gather/scatter/index_select and in-place random fills)
     autograd,
+    distributions,
     errors,
     futures,
     multiprocessing,  # noqa: E402  (registers tensor reductions with ForkingPickler)
@@ -68,6 +70,7 @@ from ._dtypes import (
 )
 from ._functional import *  # noqa: F403  (module-level math: gw.exp, gw.matmul, ...)
 from ._functional import __all__ as _functional_all
+from ._legacy import BoolTensor, DoubleTensor, FloatTensor, IntTensor, LongTensor
 from ._tensor import Tensor, from_numpy, is_tensor
 from .autograd.grad_mode import (
     enable_grad,
@@ -139,7 +142,13 @@ __all__ = [
     "is_grad_enabled",
     "is_inference_mode_enabled",
     "autograd",
+    "distributions",
     "errors",
+    "FloatTensor",
+    "DoubleTensor",
+    "LongTensor",
+    "IntTensor",
+    "BoolTensor",
     "futures",
     "multiprocessing",
     "nn",

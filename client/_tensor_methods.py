@@ -18,6 +18,7 @@ from ._ops import unary as U
 from ._ops._base import as_tensor_like
 from ._ops.scalar import scalar_ok
 from ._ops.views import inplace_on_view
+from ._sampling import multinomial
 from ._tensor import Tensor
 from .autograd.grad_mode import _state, no_grad
 
@@ -257,6 +258,16 @@ def maximum(self: Tensor, other: Tensor) -> Tensor:
     return B.Maximum.apply(self, _t(other, self))
 
 
+def remainder(self: Tensor, other: Any) -> Tensor:
+    """``self % other`` with the sign of ``other`` (Python's and PyTorch's rule)."""
+    return B.Remainder.apply(self, _t(other, self))
+
+
+def floor_divide(self: Tensor, other: Any) -> Tensor:
+    """``self // other``: the floor of the quotient."""
+    return B.FloorDivide.apply(self, _t(other, self))
+
+
 def minimum(self: Tensor, other: Tensor) -> Tensor:
     return B.Minimum.apply(self, _t(other, self))
 
@@ -317,6 +328,10 @@ def log_softmax(self: Tensor, dim: int) -> Tensor:
 
 def square(self: Tensor) -> Tensor:
     return self * self
+
+
+def relu_(self: Tensor) -> Tensor:
+    return _inplace(self, lambda t: U.Relu.apply(t))
 
 
 def rsub(self: Tensor, other: Any) -> Tensor:
@@ -645,6 +660,8 @@ _METHODS: dict[str, Any] = {
     "clip": clamp,
     "softmax": softmax,
     "log_softmax": log_softmax,
+    "relu_": relu_,
+    "multinomial": multinomial,
     "square": square,
     "maximum": maximum,
     "minimum": minimum,
@@ -699,6 +716,12 @@ _METHODS: dict[str, Any] = {
     "__radd__": add,
     "__sub__": sub,
     "__rsub__": rsub,
+    "remainder": remainder,
+    "floor_divide": floor_divide,
+    "__mod__": remainder,
+    "__rmod__": lambda self, other: remainder(_t(other, self), self),
+    "__floordiv__": floor_divide,
+    "__rfloordiv__": lambda self, other: floor_divide(_t(other, self), self),
     "__mul__": mul,
     "__rmul__": mul,
     "__truediv__": div,

@@ -8,6 +8,7 @@ import numpy as np
 
 from .._backend import array_module
 from .._tensor import Tensor
+from ..autograd.anomaly_mode import _anomaly, record_origin
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
 
@@ -69,6 +70,8 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
         node._recording = True
         node.next_functions = tuple(edge_of(t) for t in tensors)
         node.needs_input_grad = tuple(t._requires_grad or t._grad_fn is not None for t in tensors)
+        if _anomaly.enabled:
+            record_origin(node)
         if cls.scalar_operand:
             # PyTorch wraps the number in a tensor: show its (empty) edge the same way.
             node.next_functions += ((None, 0),)

@@ -280,3 +280,31 @@ def _zeros_like(g: Any) -> Any:
     from .._tensor import Tensor
 
     return Tensor._wrap(array_module(g._data).zeros_like(g._data))
+
+
+class Remainder(_Binary):
+    """Python's (and PyTorch's) ``%``: the result takes the sign of the divisor."""
+
+    def forward(self, a: Any, b: Any) -> Any:
+        self._shapes(a, b)
+        x, y = promoted(a, b)
+        if self._recording and self.needs_input_grad[1]:
+            self.save("quotient", array_module(x).floor_divide(x, y))
+        return array_module(x).remainder(x, y)
+
+    def backward(self, g: Any) -> Any:
+        from .._tensor import Tensor
+
+        gb = None
+        if self.needs_input_grad[1]:
+            gb = -g * Tensor._wrap(self.saved("quotient"))
+        return self._reduce(g, gb)
+
+
+class FloorDivide(_Binary):
+    """``//``: floor of the quotient; not differentiable (PyTorch gives it no gradient)."""
+
+    differentiable = False
+
+    def forward(self, a: Any, b: Any) -> Any:
+        return array_module(a._data).floor_divide(*promoted(a, b))

@@ -85,7 +85,9 @@ GRADWIRE_NAMESPACES: tuple[str, ...] = (
     "gradwire.nn",
     "gradwire.nn.functional",
     "gradwire.nn.init",
+    "gradwire.distributions",
     "gradwire.optim",
+    "gradwire.optim.lr_scheduler",
     "gradwire.autograd",
     "gradwire.futures",
     "gradwire.errors",
@@ -93,6 +95,7 @@ GRADWIRE_NAMESPACES: tuple[str, ...] = (
     "gradwire.distributed.rpc.functions",
     "gradwire.distributed.autograd",
     "gradwire.distributed.optim",
+    "gradwire.distributed.nn",
     "gradwire.multiprocessing",
 )
 
@@ -195,6 +198,9 @@ numpy.exceptions: AxisError ComplexWarning DTypePromotionError ModuleDeprecation
     TooHardError VisibleDeprecationWarning
 # private names that NumPy's own pickles of scalars, dtypes and arrays name
 numpy._core.multiarray: _reconstruct scalar
+# gradwire's dtype objects pickle by name: an RPC may pass dtype=gradwire.float64
+gradwire._dtypes: bool cdouble cfloat complex128 complex64 double float float16 float32
+    float64 half int int16 int32 int64 int8 long uint8
 numpy._core.numeric: _frombuffer
 
 # -- gradwire: tensors, autograd, nn, optim ---------------------------------------------------
@@ -237,6 +243,59 @@ gradwire.optim:Optimizer. add_param_group load_state_dict state_dict step step_w
     zero_grad
 gradwire.optim:SGD. step step_with_grads
 gradwire.optim:Adam. step step_with_grads
+# optim: AdamW, RMSprop, Adagrad, lr schedulers; autograd: anomaly and threading state (reads)
+gradwire.optim: AdamW RMSprop Adagrad
+gradwire.optim.lr_scheduler: LRScheduler StepLR
+gradwire.optim.lr_scheduler:LRScheduler. get_last_lr get_lr load_state_dict state_dict step
+gradwire.optim.lr_scheduler:StepLR. get_lr
+gradwire.autograd: is_anomaly_enabled is_anomaly_check_nan_enabled is_multithreading_enabled
+gradwire.autograd.anomaly_mode: AnomalyError
+# nn layers: normalisation, activations, containers, losses, Module state; distributions
+gradwire: BoolTensor DoubleTensor FloatTensor IntTensor LongTensor multinomial
+gradwire:Tensor. multinomial relu_
+gradwire.nn: BatchNorm1d BatchNorm2d Flatten LayerNorm LogSoftmax ModuleDict ModuleList NLLLoss
+    Softmax
+gradwire.nn:Module. apply buffers cpu cuda double float half named_buffers register_buffer
+    register_module
+gradwire.nn:BatchNorm1d. forward extra_repr reset_parameters reset_running_stats
+gradwire.nn:BatchNorm2d. forward extra_repr reset_parameters reset_running_stats
+gradwire.nn:LayerNorm. forward extra_repr reset_parameters
+gradwire.nn:Flatten. forward extra_repr
+gradwire.nn:Softmax. forward extra_repr
+gradwire.nn:LogSoftmax. forward extra_repr
+gradwire.nn:NLLLoss. forward
+gradwire.nn:ReLU. extra_repr
+gradwire.nn:ModuleList. append extend insert pop forward
+gradwire.nn:ModuleDict. clear items keys pop update values forward
+gradwire.nn.functional: batch_norm flatten layer_norm
+gradwire.nn.init: calculate_gain constant_ kaiming_normal_ xavier_normal_
+gradwire.distributions: Categorical Distribution
+gradwire.distributions:Categorical. entropy enumerate_support log_prob sample
+gradwire.distributions:Distribution. entropy log_prob sample
+# gather/scatter/index_select/view_as and the in-place random fills (client/_tensor_scatter.py)
+gradwire:Tensor. gather index_select normal_ random_ scatter scatter_ uniform_ view_as
+gradwire:Tensor. floor_divide remainder
+gradwire: floor_divide remainder
+# nn convolution and pooling (client/nn/conv.py, client/nn/pooling.py)
+gradwire.nn: AdaptiveAvgPool2d AvgPool2d Conv2d MaxPool2d
+gradwire.nn:Conv2d. extra_repr forward reset_parameters
+gradwire.nn:MaxPool2d. extra_repr forward
+gradwire.nn:AvgPool2d. extra_repr forward
+gradwire.nn:AdaptiveAvgPool2d. extra_repr forward
+gradwire.nn.functional: adaptive_avg_pool2d avg_pool2d conv2d max_pool2d
+# nn embeddings, recurrent layers, dropout (client/nn/sparse.py, rnn.py, dropout.py)
+gradwire.nn: Dropout Dropout2d Embedding GRU GRUCell LSTM LSTMCell RNN RNNBase RNNCell
+    RNNCellBase
+gradwire.nn:Embedding. extra_repr forward from_pretrained reset_parameters
+gradwire.nn:RNNBase. extra_repr flatten_parameters forward reset_parameters
+gradwire.nn:RNNCellBase. extra_repr reset_parameters
+gradwire.nn:RNN. extra_repr
+gradwire.nn:RNNCell. forward
+gradwire.nn:LSTMCell. forward
+gradwire.nn:GRUCell. forward
+gradwire.nn:Dropout. extra_repr forward
+gradwire.nn:Dropout2d. extra_repr forward
+gradwire.nn.functional: dropout dropout2d embedding
 gradwire.autograd: Function FunctionCtx backward enable_grad grad gradcheck gradgradcheck
     inference_mode is_grad_enabled is_inference_mode_enabled no_grad once_differentiable
     set_grad_enabled
@@ -336,6 +395,7 @@ gradwire.distributed.rpc: init_rpc shutdown rpc_sync rpc_async remote GrpcRpcBac
     RpcBackendOptions TensorPipeRpcBackendOptions BackendType set_rpc_timeout
 gradwire.distributed.rpc:RRef. rpc_sync rpc_async remote
 gradwire.distributed.optim: DistributedOptimizer
+gradwire.distributed.nn: RemoteModule
 gradwire:Tensor. share_memory_
 gradwire.cli: *
 gradwire.server: *
@@ -343,9 +403,12 @@ gradwire.demo: *
 # gradwire: process-wide settings and callbacks that run later
 gradwire: set_default_dtype
 gradwire:Tensor. register_hook
+gradwire.nn:Module. register_forward_hook register_forward_pre_hook share_memory
 gradwire.futures: blocking_region set_blocking_hook
 gradwire.futures:Future. add_done_callback then set_exception set_result
 gradwire.errors: remote_error_type callback_error    # they make classes at run time
+gradwire.autograd: detect_anomaly set_detect_anomaly set_multithreading_enabled
+gradwire.optim.lr_scheduler: LambdaLR    # calls the peer-chosen lr_lambda later, unguarded
 """
 )
 
@@ -357,6 +420,8 @@ ENTRY_POINTS: frozenset[str] = frozenset(
         "gradwire.distributed.rpc.rref:_backward_on_owner",
         "gradwire.distributed.optim.optimizer:_new_local_optimizer",
         "gradwire.distributed.optim.optimizer:_local_step",
+        "gradwire.distributed.nn.remote_module:_ready_module",
+        "gradwire.distributed.nn.remote_module:_param_rrefs",
     }
 )
 

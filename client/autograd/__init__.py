@@ -1,7 +1,8 @@
 """gradwire.autograd: reverse-mode automatic differentiation.
 
 ``backward`` and ``grad`` run the engine; ``Function`` defines custom ops; ``graph`` holds
-saved-tensor hooks; grad modes switch recording on and off.
+saved-tensor hooks; grad modes switch recording on and off; ``detect_anomaly`` traces a
+failing backward node to the forward op that made it.
 """
 
 from __future__ import annotations
@@ -9,7 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from . import graph
-from .engine import execute
+from .anomaly_mode import (
+    detect_anomaly,
+    is_anomaly_check_nan_enabled,
+    is_anomaly_enabled,
+    set_detect_anomaly,
+)
+from .engine import execute, is_multithreading_enabled, set_multithreading_enabled
 from .function import Function, FunctionCtx, once_differentiable
 from .grad_mode import (
     enable_grad,
@@ -38,6 +45,12 @@ __all__ = [
     "inference_mode",
     "is_grad_enabled",
     "is_inference_mode_enabled",
+    "detect_anomaly",
+    "set_detect_anomaly",
+    "is_anomaly_enabled",
+    "is_anomaly_check_nan_enabled",
+    "set_multithreading_enabled",
+    "is_multithreading_enabled",
 ]
 
 

@@ -16,19 +16,85 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from .anomaly_mode import _anomaly, run_backward
 from .grad_mode import set_grad_enabled
 from .graph import AccumulateGrad, Node
 
 if TYPE_CHECKING:
     from .._tensor import Tensor
 
-__all__ = ["execute", "GraphTask", "RootEdge"]
+__all__ = [
+    "execute",
+    "GraphTask",
+    "RootEdge",
+    "set_multithreading_enabled",
+    "is_multithreading_enabled",
+]
 
 RootEdge = tuple[Node, int, "Tensor"]
 _accumulate_lock = threading.Lock()
 _GRAD_REFS = (
     4  # see _unshared: list slot + _accumulate's argument + getrefcount + _unshared's argument
 )
+
+
+class _ThreadingFlag:
+    __slots__ = ("enabled",)
+
+    def __init__(self) -> None:
+        self.enabled = True
+
+
+_threading = _ThreadingFlag()
+
+
+def is_multithreading_enabled() -> bool:
+    """The ``set_multithreading_enabled`` setting (True by default).
+
+    Returns:
+        Whether backward may use worker threads (gradwire's never does; see the class).
+    """
+    return _threading.enabled
+
+
+class set_multithreading_enabled:
+    """Allow or forbid backward to use worker threads; acts at once when called, and as a
+    context manager restores the previous setting on exit (a process-wide switch, as in
+    PyTorch).
+
+    gradwire's engine never starts threads: a local backward runs every node on the thread
+    that called it (a distributed backward runs each worker's part on the thread serving the
+    gradient message). So the setting is recorded and reported by
+    ``is_multithreading_enabled()``, and either value gives the same single-threaded
+    schedule: code written for PyTorch that turns it off keeps working.
+
+    Args:
+        mode: False to forbid worker threads.
+
+    Raises:
+        TypeError: ``mode`` is not a bool.
+
+    Example:
+        >>> with gradwire.autograd.set_multithreading_enabled(False):
+        ...     loss.backward()
+    """
+
+    def __init__(self, mode: bool) -> None:
+        if not isinstance(mode, bool):
+            raise TypeError(f"set_multithreading_enabled expects a bool, got {type(mode).__name__}")
+        self.mode = mode
+        self.prev = _threading.enabled
+        _threading.enabled = mode
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        _threading.enabled = self.prev
+
+    def clone(self) -> set_multithreading_enabled:
+        """A new switch with the same mode (PyTorch's API for re-entering the setting)."""
+        return self.__class__(self.mode)
 
 
 class GraphTask:
@@ -219,8 +285,11 @@ def _run_node(task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any) -> 
     if not node.run_without_grads and all(g is None for g in grads):
         return (None,) * len(node.next_functions)
     with node._lock:
-        node._check_not_released()
-        out = node.backward(*grads)
+        if _anomaly.enabled:
+            out = run_backward(node, grads)  # traces a failure or NaN to the forward op
+        else:
+            node._check_not_released()
+            out = node.backward(*grads)
         if not task.retain_graph:
             node.release_saved()
     if not isinstance(out, tuple):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from .anomaly_mode import _anomaly, record_origin
 from .grad_mode import _state, no_grad
 from .graph import Node, SavedTensor
 
@@ -146,6 +147,8 @@ class Function(metaclass=_FunctionMeta):
             # Inference tensors may be inputs; only saving one is an error (SavedTensor).
             node._recording = True
             node.next_functions = tuple(edge_of(t) for t in tensors)
+            if _anomaly.enabled:
+                record_origin(node)
         with no_grad():
             out = cls.forward(node, *args, **kwargs)
         single = not isinstance(out, tuple)

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from . import functional, init
+from .activation import LogSoftmax, Softmax
+from .container import ModuleDict, ModuleList
+from .conv import Conv2d
+from .dropout import Dropout, Dropout2d
+from .flatten import Flatten
+from .loss import NLLLoss
 from .modules import (
     CrossEntropyLoss,
     Identity,
@@ -14,9 +20,28 @@ from .modules import (
     Sigmoid,
     Tanh,
 )
+from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm
 from .parameter import Parameter
+from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
+from .sparse import Embedding
 
 __all__ = [
+    "Conv2d",
+    "MaxPool2d",
+    "AvgPool2d",
+    "AdaptiveAvgPool2d",
+    "Dropout",
+    "Dropout2d",
+    "Embedding",
+    "RNNBase",
+    "RNN",
+    "LSTM",
+    "GRU",
+    "RNNCellBase",
+    "RNNCell",
+    "LSTMCell",
+    "GRUCell",
     "Module",
     "Parameter",
     "Linear",
@@ -29,4 +54,13 @@ __all__ = [
     "CrossEntropyLoss",
     "functional",
     "init",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "LayerNorm",
+    "Flatten",
+    "Softmax",
+    "LogSoftmax",
+    "NLLLoss",
+    "ModuleList",
+    "ModuleDict",
 ]

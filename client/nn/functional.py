@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+from .._ops.dropout import dropout, dropout2d
+from .._ops.embedding import embedding
 from .._tensor import Tensor
+from ._losses import cross_entropy, nll_loss
+from ._norm import batch_norm, layer_norm
+from .conv import conv2d
+from .pooling import adaptive_avg_pool2d, avg_pool2d, max_pool2d
 
 __all__ = [
+    "conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "dropout",
+    "dropout2d",
+    "embedding",
+    "batch_norm",
+    "layer_norm",
+    "flatten",
     "relu",
     "sigmoid",
     "tanh",
@@ -20,8 +37,8 @@ __all__ = [
 
 
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
-    """max(x, 0) elementwise."""
-    return input.relu()
+    """max(x, 0) elementwise; with ``inplace=True`` written into ``input`` (and returned)."""
+    return input.relu_() if inplace else input.relu()
 
 
 def sigmoid(input: Tensor) -> Tensor:
@@ -32,14 +49,38 @@ def tanh(input: Tensor) -> Tensor:
     return input.tanh()
 
 
-def softmax(input: Tensor, dim: int) -> Tensor:
-    """exp(x) / sum(exp(x)) along ``dim``."""
-    return input.softmax(dim)
+def _softmax_dim(name: str, ndim: int, dim: int | None) -> int:
+    if dim is not None:
+        return dim
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. "
+        "Change the call to include dim=X as an argument.",
+        stacklevel=3,
+    )
+    return 0 if ndim in (0, 1, 3) else 1
 
 
-def log_softmax(input: Tensor, dim: int) -> Tensor:
-    """log(softmax(x)) along ``dim``, computed stably."""
-    return input.log_softmax(dim)
+def softmax(
+    input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None
+) -> Tensor:
+    """exp(x) / sum(exp(x)) along ``dim`` (cast to ``dtype`` first when given)."""
+    if dtype is not None:
+        input = input.to(dtype=dtype)
+    return input.softmax(_softmax_dim("softmax", input.ndim, dim))
+
+
+def log_softmax(
+    input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None
+) -> Tensor:
+    """log(softmax(x)) along ``dim``, computed stably (cast to ``dtype`` first when given)."""
+    if dtype is not None:
+        input = input.to(dtype=dtype)
+    return input.log_softmax(_softmax_dim("log_softmax", input.ndim, dim))
+
+
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Merge dimensions ``start_dim`` .. ``end_dim`` into one (``gradwire.flatten``)."""
+    return input.flatten(start_dim, end_dim)
 
 
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -71,32 +112,3 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
         )
     diff = input - target
     return _reduce(diff * diff, reduction)
-
-
-def nll_loss(log_probs: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """Negative log-likelihood of class indices ``target`` under ``log_probs`` (N, C)."""
-    if log_probs.ndim != 2:
-        raise ValueError(f"nll_loss expects (N, C) log-probabilities, got shape {log_probs.shape}")
-    if target.ndim != 1 or target.shape[0] != log_probs.shape[0]:
-        raise ValueError(
-            f"nll_loss expects (N,) class indices for input {log_probs.shape}, got target {target.shape}"
-        )
-    if target._data.dtype.kind not in "iu":
-        raise TypeError(f"nll_loss expects integer class indices, got {target.dtype}")
-    n, c = log_probs.shape
-    idx = target._data
-    if n and (idx.min() < 0 or idx.max() >= c):
-        raise IndexError(
-            f"Target {int(idx.max() if idx.max() >= c else idx.min())} is out of bounds for {c} classes"
-        )
-    from .._backend import array_module
-
-    picked = log_probs[array_module(idx).arange(n), idx]
-    return _reduce(-picked, reduction)
-
-
-def cross_entropy(input: Tensor, target: Tensor, reduction: str = "mean", **kwargs: Any) -> Tensor:
-    """Softmax cross entropy of logits (N, C) against class indices (N,)."""
-    if kwargs:
-        raise TypeError(f"cross_entropy: unsupported arguments {sorted(kwargs)}")
-    return nll_loss(log_softmax(input, 1), target, reduction)

@@ -1,9 +1,14 @@
-"""gradwire.optim: optimizers that update parameters from their ``.grad``."""
+"""gradwire.optim: optimizers that update parameters from their ``.grad``, and their
+learning-rate schedulers (``gradwire.optim.lr_scheduler``)."""
 
 from __future__ import annotations
 
+from . import lr_scheduler
+from .adagrad import Adagrad
 from .adam import Adam
+from .adamw import AdamW
 from .optimizer import Optimizer
+from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "lr_scheduler"]

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 from .._backend import array_module
 from .._tensor import Tensor
+from ._real_view import as_real, write_back
 from .optimizer import Optimizer
 
 __all__ = ["Adam"]
@@ -50,17 +51,16 @@ class Adam(Optimizer):
         )
 
     def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
-        xp = array_module(p._data)
-        d = p._data
-        g = -grad if group["maximize"] else grad
+        d = as_real(p._data)  # complex: pairs of reals, as PyTorch
+        xp = array_module(d)
+        g = as_real(grad)
+        g = -g if group["maximize"] else g
         if group["weight_decay"]:
             g = g + group["weight_decay"] * d
         if not state:
             state["step"] = 0
             state["exp_avg"] = xp.zeros_like(d)
-            state["exp_avg_sq"] = xp.zeros_like(
-                d, dtype=d.real.dtype if d.dtype.kind == "c" else d.dtype
-            )
+            state["exp_avg_sq"] = xp.zeros_like(d)
             if group["amsgrad"]:
                 state["max_exp_avg_sq"] = xp.zeros_like(state["exp_avg_sq"])
         b1, b2 = group["betas"]
@@ -70,7 +70,7 @@ class Adam(Optimizer):
         m *= b1
         m += (1 - b1) * g
         v *= b2
-        v += (1 - b2) * (g * g.conj()).real
+        v += (1 - b2) * g * g
         if group["amsgrad"]:
             xp.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
             v = state["max_exp_avg_sq"]
@@ -78,3 +78,4 @@ class Adam(Optimizer):
         bc2 = 1 - b2**t
         denom = xp.sqrt(v) / math.sqrt(bc2) + group["eps"]
         d -= ((group["lr"] / bc1) * m / denom).astype(d.dtype, copy=False)
+        write_back(p._data, d)

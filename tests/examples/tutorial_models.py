@@ -163,4 +163,5 @@ def results(
 
 def _array(value: Any) -> np.ndarray:
     value = value.detach() if hasattr(value, "detach") else value
-    return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    # A copy: a state_dict's arrays share memory with the buffers the step then updates.
+    return np.array(value.numpy() if hasattr(value, "numpy") else value, copy=True)

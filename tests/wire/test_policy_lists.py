@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import inspect
+import pickle
 import types
 from typing import Any
 
@@ -112,6 +113,12 @@ def test_every_listed_name_resolves_and_the_lists_do_not_overlap() -> None:
     assert not [a for a in policy_lists.ALLOWED if _classified(a) and a in policy_lists.REFUSED]
 
 
+DTYPE_NAMES = sorted(
+    "bool cdouble cfloat complex128 complex64 double float float16 float32 float64 half int "
+    "int16 int32 int64 int8 long uint8".split()
+)
+
+
 def test_private_names_are_allowed_only_where_listed_one_by_one() -> None:
     private = sorted(
         full
@@ -120,6 +127,8 @@ def test_private_names_are_allowed_only_where_listed_one_by_one() -> None:
     )
     assert private == [
         "copyreg:_reconstructor",
+        # gradwire's dtype objects: values that pickle by name, nothing to call
+        *(f"gradwire._dtypes:{n}" for n in DTYPE_NAMES),
         "gradwire._runtime.rref_errors:RRefProtocolError",
         "gradwire._runtime.rref_errors:UnknownRRefError",
         "gradwire.nn:Module.__call__",
@@ -240,3 +249,19 @@ def test_a_user_pattern_runs_a_listed_name_unguarded() -> None:
     assert POLICY.resolve_with_verdict("numpy", "sum")[1] is Verdict.DEFAULT
     assert opened.resolve_member(np.zeros(2), "sum")[1] is Verdict.USER
     assert not opened.allows("numpy", "load")  # the deny list still wins
+
+
+def test_gradwires_dtypes_travel_as_arguments() -> None:
+    """A dtype pickles as a global of gradwire._dtypes; the callee's policy lets it through."""
+    import pickletools
+
+    import gradwire as gw
+
+    for name in ("float64", "float32", "int64", "bool", "complex64"):
+        dt = getattr(gw, name)
+        globals_in_pickle = [
+            arg for op, arg, _ in pickletools.genops(pickle.dumps(dt)) if isinstance(arg, str)
+        ]
+        assert globals_in_pickle == ["gradwire._dtypes", name]
+        obj, verdict = POLICY.resolve_with_verdict("gradwire._dtypes", name)
+        assert obj is dt and verdict is Verdict.DEFAULT
