@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import re
-from typing import Any
+from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
 
@@ -15,12 +16,15 @@ __all__ = [
     "array_module",
     "cupy_or_none",
     "device_scope",
+    "device_scope_of",
+    "on_input_device",
     "is_cuda_available",
     "to_device",
 ]
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 _cupy: Any = None
+_F = TypeVar("_F", bound=Callable[..., Any])
 _cupy_checked = False
 
 
@@ -137,6 +141,48 @@ def device_scope(dev: Device) -> contextlib.AbstractContextManager[Any]:
     if dev.type == "cpu":
         return contextlib.nullcontext()
     return _require_cupy(f"device {dev}").cuda.Device(dev.index)
+
+
+def device_scope_of(tensors: Any) -> contextlib.AbstractContextManager[Any] | None:
+    """The CUDA device an op on ``tensors`` must run on, as a scope (CuPy launches kernels on
+    the current device, as PyTorch's device guard does), or None when no tensor is on a GPU:
+    the CPU path costs one type check per tensor.
+
+    Raises:
+        RuntimeError: CUDA tensors of two devices in one op (PyTorch's message).
+    """
+    dev: Device | None = None
+    for t in tensors:
+        data = getattr(t, "_data", None)
+        if data is None or type(data) is np.ndarray:
+            continue
+        d = device_of(data)
+        if d.type == "cpu":
+            continue
+        if dev is None:
+            dev = d
+        elif d != dev:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two "
+                f"devices, {dev} and {d}! (move one with .to(), or map devices with "
+                "set_device_map across workers)"
+            )
+    return None if dev is None else device_scope(dev)
+
+
+def on_input_device(fn: _F) -> _F:
+    """Run ``fn`` with the CUDA device of its tensor arguments current (for functions whose
+    array code runs outside an op: losses, normalisation, ...); a plain call on the CPU."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        scope = device_scope_of(args)
+        if scope is None:
+            return fn(*args, **kwargs)
+        with scope:
+            return fn(*args, **kwargs)
+
+    return cast(_F, wrapper)
 
 
 def to_device(arr: Any, dev: Device) -> Any:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import array_module
+from .._backend import array_module, device_scope_of
 from .._tensor import Tensor
 from ..autograd.anomaly_mode import _anomaly, record_origin
 from ..autograd.grad_mode import _state
@@ -76,7 +76,12 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
             # PyTorch wraps the number in a tensor: show its (empty) edge the same way.
             node.next_functions += ((None, 0),)
             node.needs_input_grad += (False,)
-    out = node.forward(*inputs, **kwargs)
+    scope = device_scope_of(tensors)
+    if scope is None:
+        out = node.forward(*inputs, **kwargs)
+    else:
+        with scope:
+            out = node.forward(*inputs, **kwargs)
     inference = _state.inference
     if isinstance(out, tuple):
         results = tuple(

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import array_module, device_of, to_device
+from .._backend import array_module, device_of, on_input_device, to_device
 from .._tensor import Tensor
 from ._base import Op
 
@@ -50,6 +50,7 @@ def _apply(input: Tensor, mask: Any, inplace: bool) -> Tensor:
     return NativeDropout.apply(input, mask=mask)
 
 
+@on_input_device
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability ``p`` and scale the rest by ``1 / (1 - p)``.
 
@@ -74,6 +75,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     return _apply(input, _mask(input, tuple(input.shape), p), inplace)
 
 
+@on_input_device
 def dropout2d(
     input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
 ) -> Tensor:

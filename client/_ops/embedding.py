@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._backend import array_module
+from .._backend import array_module, on_input_device
 from .._tensor import Tensor
 from ._base import Op
 
@@ -101,6 +101,7 @@ def _normalize_padding_idx(padding_idx: int | None, num_embeddings: int) -> int 
     return padding_idx % num_embeddings
 
 
+@on_input_device
 def embedding(
     input: Tensor,
     weight: Tensor,

@@ -100,9 +100,10 @@ def _root_edges(tensors: list[Tensor], grads: list[Any], what: str) -> list[Any]
 
 
 def _ones_like(arr: Any) -> Any:
-    from .._backend import array_module
+    from .._backend import array_module, device_of, device_scope
 
-    return array_module(arr).ones_like(arr)
+    with device_scope(device_of(arr)):  # CuPy allocates on the current device
+        return array_module(arr).ones_like(arr)
 
 
 def backward(

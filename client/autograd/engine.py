@@ -16,6 +16,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from .._backend import device_scope_of
 from .anomaly_mode import _anomaly, run_backward
 from .grad_mode import set_grad_enabled
 from .graph import AccumulateGrad, Node
@@ -270,6 +271,16 @@ def _call_pre_hooks(node: Node, grads: list[Any]) -> list[Any]:
 
 
 def _run_node(task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any) -> tuple[Any, ...]:
+    scope = device_scope_of(grads)
+    if scope is None:
+        return _run_node_here(task, node, grads, leaf_sink)
+    with scope:  # a backward on a GPU runs on its gradients' device
+        return _run_node_here(task, node, grads, leaf_sink)
+
+
+def _run_node_here(
+    task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any
+) -> tuple[Any, ...]:
     grads = _call_pre_hooks(node, grads)
     if task.capture is not None:
         for nr, g in enumerate(grads):

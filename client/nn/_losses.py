@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import array_module
+from .._backend import array_module, on_input_device
 from .._tensor import Tensor
 
 __all__ = ["nll_loss", "cross_entropy"]
@@ -106,6 +106,7 @@ def _finish(loss: Tensor, total_weight: Any, reduction: str, out_shape: tuple[in
         return loss.sum() / Tensor._wrap(array_module(total_weight).asarray(total_weight))
 
 
+@on_input_device
 def nll_loss(
     input: Tensor,
     target: Tensor,
@@ -159,6 +160,7 @@ def _soft_cross_entropy(
     return _finish(loss, float(count), reduction, out_shape)
 
 
+@on_input_device
 def cross_entropy(
     input: Tensor,
     target: Tensor,

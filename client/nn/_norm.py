@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .._backend import on_input_device
 from .._tensor import Tensor
 from ..autograd.grad_mode import no_grad
 
@@ -24,6 +25,7 @@ def _update_running(running: Tensor, value: Tensor, momentum: float) -> None:
         running.mul_(1 - momentum).add_(value.detach().to(dtype=running.dtype), alpha=momentum)
 
 
+@on_input_device
 def batch_norm(
     input: Tensor,
     running_mean: Tensor | None,
@@ -91,6 +93,7 @@ def batch_norm(
     return out
 
 
+@on_input_device
 def layer_norm(
     input: Tensor,
     normalized_shape: Sequence[int] | int,

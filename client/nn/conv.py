@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._backend import on_input_device
 from .._creation import empty
 from .._ops.conv import Conv2d as _Conv2dOp
 from .._ops.conv import ConvGeometry
@@ -58,6 +59,7 @@ def _shape(t: Tensor) -> str:
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
 
+@on_input_device
 def conv2d(
     input: Tensor,
     weight: Tensor,

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import array_module
+from .._backend import array_module, on_input_device
 from .._ops.pool import AvgPool2d as _AvgPoolOp
 from .._ops.pool import MaxPool2d as _MaxPoolOp
 from .._ops.pool import PoolGeometry
@@ -82,6 +82,7 @@ def _unbatch(out: Tensor, input: Tensor) -> Tensor:
     return out if input.ndim == 4 else out.squeeze(0)
 
 
+@on_input_device
 def max_pool2d(
     input: Tensor,
     kernel_size: Any,
@@ -120,6 +121,7 @@ def max_pool2d(
     return _unbatch(out, input)
 
 
+@on_input_device
 def avg_pool2d(
     input: Tensor,
     kernel_size: Any,
@@ -176,6 +178,7 @@ def _adaptive_matrix(size: int, out: int, like: Any) -> Tensor:
     return Tensor._wrap(array_module(like).asarray(m.astype(like.dtype)))
 
 
+@on_input_device
 def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:
     """Average pooling to a fixed output size, as ``torch.nn.functional.adaptive_avg_pool2d``.
 

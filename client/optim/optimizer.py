@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from .._backend import device_scope_of
 from .._tensor import Tensor
 
 __all__ = ["Optimizer"]
@@ -67,8 +68,7 @@ class Optimizer:
             for p in g["params"]:
                 if p.grad is None:
                     continue
-                self._update(p, p.grad._data, self.state.setdefault(p, {}), g)
-                p._vc.value += 1
+                self._update_on_device(p, p.grad._data, g)
         return loss
 
     def step_with_grads(self, grads: dict[Tensor, Tensor]) -> None:
@@ -79,8 +79,16 @@ class Optimizer:
                 grad = grads.get(p)
                 if grad is None:
                     continue
-                self._update(p, grad._data, self.state.setdefault(p, {}), g)
-                p._vc.value += 1
+                self._update_on_device(p, grad._data, g)
+
+    def _update_on_device(self, p: Tensor, grad: Any, group: dict[str, Any]) -> None:
+        scope = device_scope_of((p,))  # a GPU parameter is updated on its own device
+        if scope is None:
+            self._update(p, grad, self.state.setdefault(p, {}), group)
+        else:
+            with scope:
+                self._update(p, grad, self.state.setdefault(p, {}), group)
+        p._vc.value += 1
 
     def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _update")

@@ -88,7 +88,10 @@ def get_array_module(*args: Any) -> Any:
 
 def _call(fn: Any, args: Any, kwargs: Any) -> Any:
     dev = device_of_args((args, kwargs))
-    dev = cuda.current_device() if dev is None else dev
+    if dev is None:
+        dev = cuda.current_device()
+    else:
+        cuda.check_current(dev)
     return wrap(fn(*unwrap(args, dev), **unwrap(kwargs, dev)), dev)
 
 
@@ -146,6 +149,14 @@ class _Random(types.ModuleType):
 
 
 random = _Random("fake_cupy.random")
+
+
+def _as_strided(x: Any, shape: Any = None, strides: Any = None) -> Any:
+    """``cupy.lib.stride_tricks.as_strided``: a view of the same device memory (no kernel)."""
+    return wrap(np.lib.stride_tricks.as_strided(x._a, shape, strides), x._dev, x)
+
+
+lib = types.SimpleNamespace(stride_tricks=types.SimpleNamespace(as_strided=_as_strided))
 
 
 def __getattr__(name: str) -> Any:

@@ -188,6 +188,7 @@ class ndarray:  # noqa: N801 - CuPy's name
 
 def _binary(name: str) -> Any:
     def op(self: ndarray, *args: Any) -> Any:
+        _cuda.check_current(self._dev)
         out = getattr(self._a, name)(*unwrap(args, self._dev))
         if out is NotImplemented:
             return out

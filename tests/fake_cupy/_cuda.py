@@ -41,6 +41,17 @@ def current_device() -> int:
     return int(getattr(_tls, "device", 0))
 
 
+def check_current(device_id: int) -> None:
+    """A kernel runs on the current device; like CuPy without peer access, an array of another
+    device is refused (so gradwire must make a tensor's device current before computing)."""
+    current = current_device()
+    if device_id != current:
+        raise ValueError(
+            f"The device where the array resides ({device_id}) is different from the current "
+            f"device ({current}). Peer access is unavailable."
+        )
+
+
 def check_device(device_id: int) -> int:
     if not 0 <= int(device_id) < device_count():
         raise RuntimeError(

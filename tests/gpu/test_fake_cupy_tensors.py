@@ -46,7 +46,9 @@ def test_gradients_stay_on_the_device_of_their_leaf():
 
 
 def test_mixing_devices_in_one_op_is_refused_as_by_cupy():
-    with pytest.raises(ValueError, match="device 0 used with arrays on device 1"):
+    with pytest.raises(
+        RuntimeError, match="same device, but found at least two devices, cuda:1 and cuda:0"
+    ):
         gw.ones(2, device="cuda:1") + gw.ones(2, device="cuda:0")
 
 
@@ -95,3 +97,26 @@ def test_a_cuda_tensor_sent_back_to_its_producer_uses_its_own_memory():
     gc.collect()
     registry = _cuda_refcount.registry()
     assert registry.collect() == 1 and registry.held() == 0  # dropping it released its slot
+
+
+def test_a_model_trains_on_cuda1_with_every_kernel_on_that_device():
+    # The stand-in refuses an array of another device than the current one, as CuPy does
+    # without peer access: ops, backward and the optimizer must each make cuda:1 current.
+    gw.manual_seed(0)
+    nn = gw.nn
+    model = nn.Sequential(
+        nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 4 * 4, 3)
+    ).to("cuda:1")
+    opt = gw.optim.Adam(model.parameters(), lr=0.05)
+    x = gw.randn(4, 1, 6, 6).to("cuda:1")
+    y = gw.tensor([0, 1, 2, 0]).to("cuda:1")
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    assert {str(p.device) for p in model.parameters()} == {"cuda:1"}
+    assert {str(p.grad.device) for p in model.parameters()} == {"cuda:1"}
