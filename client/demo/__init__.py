@@ -1,6 +1,6 @@
 """``gradwire demo``: distributed training on a local cluster, with nothing to set up.
 
-    gradwire demo [--epochs N] [--trainers K]
+    gradwire demo [--epochs N] [--trainers K] [--device cuda:0]
 
 Starts a parameter server and trainers as processes on loopback (a cluster token is made up
 for the run), trains a small classifier whose hidden layers live on the parameter server and
@@ -66,16 +66,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--target", type=float, default=0.9, help="test accuracy every trainer must reach"
     )
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where the model computes: cpu (default) or cuda:N (needs gradwire[cuda] and a GPU)",
+    )
     ns = parser.parse_args(argv)
     if ns.trainers < 1:
         parser.error("--trainers must be at least 1")
+    from .._backend import Device, is_cuda_available
+
+    try:
+        device = Device(ns.device)
+    except (TypeError, ValueError) as exc:
+        parser.error(f"--device {ns.device!r}: {exc}")
+    if device.type == "cuda" and not is_cuda_available():
+        parser.error(
+            f"--device {ns.device}: no CUDA device is visible here (install gradwire[cuda] on "
+            "a machine with a GPU, or leave --device at cpu)"
+        )
     from .. import multiprocessing as gmp
 
     os.environ.setdefault("GRADWIRE_TOKEN", secrets.token_hex(16))
-    cfg = JobConfig(epochs=ns.epochs)
+    cfg = JobConfig(epochs=ns.epochs, device=str(device))
     world = ns.trainers + 1
     print(
         f"gradwire demo: parameter server + {ns.trainers} trainers on loopback, {cfg.epochs} epochs"
+        + (f", model on {cfg.device}" if cfg.device != "cpu" else "")
     )
     try:
         gmp.spawn(_worker, args=(world, _free_port(), cfg, ns.target), nprocs=world, join=True)

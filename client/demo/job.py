@@ -35,6 +35,7 @@ class JobConfig:
     hidden: int = 32
     points_per_class: int = 300
     ps: str = "ps"
+    device: str = "cpu"  # where the model computes ("cuda:0": hidden layers and heads on a GPU)
 
 
 _progress: dict[str, Any] = {}
@@ -67,7 +68,7 @@ def train_on_trainer(
     me = rpc.get_worker_info().name
     manual_seed(100 + index)
     x_np, y_np, xt_np, yt_np = _shard(cfg, index, count)
-    head = nn.Linear(cfg.hidden, 3)
+    head = nn.Linear(cfg.hidden, 3).to(cfg.device)
     params = rpc.rpc_sync(cfg.ps, hidden_parameter_rrefs, (hidden_rref,))
     params += [rpc.RRef(p) for p in head.parameters()]
     opt = DistributedOptimizer(optim.Adam, params, lr=cfg.lr)
@@ -81,7 +82,7 @@ def train_on_trainer(
             xb, yb = tensor(x_np[idx]), tensor(y_np[idx])
             with dist_autograd.context() as cid:
                 h = rpc.rpc_sync(cfg.ps, forward_hidden, (hidden_rref, xb))
-                loss = F.cross_entropy(head(h), yb)
+                loss = F.cross_entropy(head(h.to(cfg.device)), yb.to(cfg.device))
                 dist_autograd.backward(cid, [loss])
                 opt.step(cid)
             total += loss.item() * len(idx)
@@ -89,7 +90,7 @@ def train_on_trainer(
         rpc.rpc_sync(driver, report_progress, (me, epoch + 1, total / len(order)))
     with no_grad():
         h = rpc.rpc_sync(cfg.ps, forward_hidden, (hidden_rref, tensor(xt_np)))
-        pred = head(h).argmax(dim=1).numpy()
+        pred = head(h.to(cfg.device)).argmax(dim=1).cpu().numpy()
     return {"trainer": me, "accuracy": float((pred == yt_np).mean()), "steps": steps}
 
 
@@ -106,7 +107,7 @@ def run_job(
     cfg = cfg or JobConfig()
     driver = rpc.get_worker_info().name
     started = time.monotonic()
-    hidden = rpc.remote(cfg.ps, HiddenLayers, args=(cfg.hidden,))
+    hidden = rpc.remote(cfg.ps, HiddenLayers, args=(cfg.hidden, 0, cfg.device))
     bar = None
     if show_progress:
         from tqdm import tqdm

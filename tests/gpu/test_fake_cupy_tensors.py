@@ -7,7 +7,11 @@ these tests check gradwire's device plumbing, not CuPy (scripts/gpu_check.sh doe
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
 
 import gradwire as gw
 import gradwire.multiprocessing as gmp
@@ -104,9 +108,9 @@ def test_a_model_trains_on_cuda1_with_every_kernel_on_that_device():
     # without peer access: ops, backward and the optimizer must each make cuda:1 current.
     gw.manual_seed(0)
     nn = gw.nn
-    model = nn.Sequential(
-        nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 4 * 4, 3)
-    ).to("cuda:1")
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 4 * 4, 3)).to(
+        "cuda:1"
+    )
     opt = gw.optim.Adam(model.parameters(), lr=0.05)
     x = gw.randn(4, 1, 6, 6).to("cuda:1")
     y = gw.tensor([0, 1, 2, 0]).to("cuda:1")
@@ -120,3 +124,30 @@ def test_a_model_trains_on_cuda1_with_every_kernel_on_that_device():
     assert losses[-1] < losses[0]
     assert {str(p.device) for p in model.parameters()} == {"cuda:1"}
     assert {str(p.grad.device) for p in model.parameters()} == {"cuda:1"}
+
+
+def test_the_demo_trains_with_its_model_on_cuda0() -> None:
+    # The whole demo (spawned parameter server and trainers) under the stand-in, installed in
+    # every process through tests/fake_cupy/site (GRADWIRE_FAKE_CUPY=1).
+    site = Path(__file__).resolve().parents[1] / "fake_cupy" / "site"
+    env = {**os.environ, "GRADWIRE_FAKE_CUPY": "1", "PYTHONPATH": str(site)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gradwire.cli",
+            "demo",
+            "--device",
+            "cuda:0",
+            "--epochs",
+            "4",
+            "--target",
+            "0.5",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "model on cuda:0" in done.stdout and "test accuracy" in done.stdout
