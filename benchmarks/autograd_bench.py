@@ -13,12 +13,11 @@ Install torch only in a separate benchmark environment: pip install torch==2.13.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from typing import Any, Callable
 
 import gradwire as gw
 import numpy as np
+from timing import median_seconds
 
 try:  # torch is optional and never a gradwire dependency
     import torch
@@ -26,17 +25,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     torch = None
 
 BATCH, WIDTH, CHAIN = 256, 512, 1000
-
-
-def _median_time(fn: Callable[[], Any], repeat: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _mlp_weights() -> list[np.ndarray]:
@@ -96,8 +84,8 @@ def main() -> None:
     print(f"torch: {torch.__version__ if torch else 'not importable'}; numpy {np.__version__}")
     print(f"{'workload':36s} {'gradwire':>12s} {'torch':>12s} {'ratio':>8s}")
     for name, gw_make, torch_make in rows:
-        t_gw = _median_time(gw_make(), ns.repeat)
-        t_t = _median_time(torch_make(), ns.repeat) if torch_make else None
+        t_gw = median_seconds(gw_make(), ns.repeat)
+        t_t = median_seconds(torch_make(), ns.repeat) if torch_make else None
         ratio = f"{t_gw / t_t:8.2f}" if t_t else "     n/a"
         t_ts = f"{t_t * 1e3:10.2f}ms" if t_t else "         n/a"
         print(f"{name:36s} {t_gw * 1e3:10.2f}ms {t_ts} {ratio}")

@@ -21,8 +21,9 @@ import os
 import secrets
 import socket
 import statistics
-import time
 from typing import Any
+
+from timing import median_seconds
 
 
 def _free_port() -> int:
@@ -61,7 +62,7 @@ def _gw_worker(rank: int, port: int, token: str, iters: int, size: int, out: Any
                 grads = dist_autograd.get_gradients(cid)
                 assert grads[x].shape == x.shape
 
-        out.put(("gradwire", _median(step, iters)))
+        out.put(("gradwire", median_seconds(step, iters)))
     rpc.shutdown()
 
 
@@ -88,19 +89,8 @@ def _torch_worker(rank: int, port: int, iters: int, size: int, out: Any) -> None
                 grads = dist_autograd.get_gradients(cid)
                 assert grads[x].shape == x.shape
 
-        out.put(("torch", _median(step, iters)))
+        out.put(("torch", median_seconds(step, iters)))
     rpc.shutdown()
-
-
-def _median(step: Any, iters: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _local(iters: int, size: int) -> float:
@@ -116,7 +106,7 @@ def _local(iters: int, size: int) -> float:
         (y * y).mean().backward()
         x.grad = w.grad = None
 
-    return _median(step, iters)
+    return median_seconds(step, iters)
 
 
 def _run_pair(target: Any, args: tuple[Any, ...]) -> float:

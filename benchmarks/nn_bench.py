@@ -31,11 +31,11 @@ if "--threads" in sys.argv:  # must happen before NumPy (and its BLAS) is import
         os.environ[_var] = _n
 
 import statistics  # noqa: E402
-import time  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
 import gradwire as gw  # noqa: E402
 import numpy as np  # noqa: E402
+from timing import median_seconds
 
 try:  # torch is optional and never a gradwire dependency
     import torch
@@ -43,17 +43,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     torch = None
 
 VOCAB, EMBED, HIDDEN, LAYERS, BATCH, SEQ = 10000, 256, 256, 2, 20, 35
-
-
-def _median_ms(fn: Callable[[], Any], repeat: int, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
 
 
 def conv2d(lib: Any) -> Callable[[], None]:
@@ -137,7 +126,7 @@ def main() -> int:
     for _ in range(ns.rounds):
         for w in WORKLOADS:
             for name in libs:
-                times[(w, name)].append(_median_ms(steps[(w, name)], ns.repeat))
+                times[(w, name)].append(median_seconds(steps[(w, name)], ns.repeat, warmup=2) * 1e3)
     print(
         f"torch {torch.__version__ if torch else 'not importable'}; numpy {np.__version__}; "
         f"threads {ns.threads or 'default'}; {ns.rounds} rounds x median of {ns.repeat}"

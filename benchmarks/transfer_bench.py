@@ -23,14 +23,12 @@ import argparse
 import logging
 import multiprocessing as mp
 import secrets
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
+from timing import median_seconds
 
 log = logging.getLogger("transfer_bench")
 MiB = 1 << 20
@@ -74,17 +72,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _median_seconds(fn: Callable[[], Any], repeat: int) -> float:
-    for _ in range(3):  # the first runs create the pools' segments (fresh pages, ~1 GB/s)
-        fn()
-    samples = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
-
-
 def _touch(arr: Any) -> int:
     data = np.asarray(arr.detach()._data if hasattr(arr, "_data") else arr)
     return int(data.reshape(-1).view(np.uint8)[::4096].sum())
@@ -117,9 +104,9 @@ def _rpc_rows(shm: bool, sizes: list[int], repeat: int) -> list[tuple[str, int, 
                 result[0] = rpc.rpc_sync("peer", echo, (t,))
                 _touch(result[0])
 
-            sec = _median_seconds(call, repeat)
+            sec = median_seconds(call, repeat)
             rows.append(("rpc_sync echo", mib, path, sec, 2 * n / sec / 1e9))
-            sec = _median_seconds(call_touch, repeat)
+            sec = median_seconds(call_touch, repeat)
             rows.append(("rpc_sync echo+touch", mib, path, sec, 2 * n / sec / 1e9))
             assert np.array_equal(result[0].numpy(), t.numpy()), "echo returned other data"
             result[0] = None
@@ -132,9 +119,9 @@ def _rpc_rows(shm: bool, sizes: list[int], repeat: int) -> list[tuple[str, int, 
                     result[0] = rpc.remote("peer", blob, (n,)).to_here()
                     _touch(result[0])
 
-                sec = _median_seconds(fetch, repeat)
+                sec = median_seconds(fetch, repeat)
                 rows.append(("remote+to_here", mib, path, sec, n / sec / 1e9))
-                sec = _median_seconds(fetch_touch, repeat)
+                sec = median_seconds(fetch_touch, repeat)
                 rows.append(("remote+to_here+touch", mib, path, sec, n / sec / 1e9))
                 result[0] = None
     finally:
@@ -150,7 +137,7 @@ def _baseline_rows(sizes: list[int], repeat: int) -> list[tuple[str, int, str, f
         n = mib * MiB
         src = np.ones(n // 4, dtype=np.float32)
         dst = np.empty_like(src)
-        sec = _median_seconds(lambda s=src, d=dst: np.copyto(d, s), repeat)
+        sec = median_seconds(lambda s=src, d=dst: np.copyto(d, s), repeat)
         rows.append(("memcpy (numpy.copyto)", mib, "-", sec, n / sec / 1e9))
         del dst
 
@@ -168,7 +155,7 @@ def _baseline_rows(sizes: list[int], repeat: int) -> list[tuple[str, int, str, f
                 seg.unlink()
             assert out[0] == 1.0
 
-        sec = _median_seconds(shm_write_read, repeat)
+        sec = median_seconds(shm_write_read, repeat)
         rows.append(("multiprocessing.shared_memory write+read", mib, "-", sec, n / sec / 1e9))
     return rows
 

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 from .._backend import array_module
 from .._tensor import Tensor
 from ._real_view import as_real, write_back
-from .optimizer import Optimizer
+from .optimizer import Optimizer, check_non_negative
 
 __all__ = ["Adagrad"]
 
@@ -48,15 +48,13 @@ class Adagrad(Optimizer):
         eps: float = 1e-10,
         maximize: bool = False,
     ) -> None:
-        for name, value in (
-            ("learning rate", lr),
-            ("lr_decay value", lr_decay),
-            ("weight_decay value", weight_decay),
-            ("initial_accumulator_value value", initial_accumulator_value),
-            ("epsilon value", eps),
-        ):
-            if value < 0.0:
-                raise ValueError(f"Invalid {name}: {value}")
+        check_non_negative(
+            learning_rate=lr,
+            lr_decay=lr_decay,
+            weight_decay=weight_decay,
+            initial_accumulator_value=initial_accumulator_value,
+            epsilon=eps,
+        )
         super().__init__(
             params,
             dict(

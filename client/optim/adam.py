@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from .._backend import array_module
 from .._tensor import Tensor
 from ._real_view import as_real, write_back
-from .optimizer import Optimizer
+from .optimizer import Optimizer, check_non_negative
 
 __all__ = ["Adam"]
 
@@ -30,14 +30,10 @@ class Adam(Optimizer):
         amsgrad: bool = False,
         maximize: bool = False,
     ) -> None:
-        if lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if eps < 0.0:
-            raise ValueError(f"Invalid epsilon value: {eps}")
+        check_non_negative(learning_rate=lr, epsilon=eps)
         if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
             raise ValueError(f"Invalid beta parameters: {betas}")
-        if weight_decay < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        check_non_negative(weight_decay=weight_decay)
         super().__init__(
             params,
             dict(

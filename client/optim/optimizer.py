@@ -7,7 +7,16 @@ from typing import Any, Iterable
 from .._backend import device_scope_of
 from .._tensor import Tensor
 
-__all__ = ["Optimizer"]
+__all__ = ["Optimizer", "check_non_negative"]
+
+
+def check_non_negative(**values: float) -> None:
+    """PyTorch's argument check: ``ValueError("Invalid <name>: <value>")`` for a negative one
+    (``learning_rate=`` reads "learning rate"; other names get " value", as PyTorch words it)."""
+    for key, value in values.items():
+        if value < 0.0:
+            name = "learning rate" if key == "learning_rate" else f"{key} value"
+            raise ValueError(f"Invalid {name}: {value}")
 
 
 class Optimizer:

@@ -7,7 +7,7 @@ from typing import Any, Iterable
 from .._backend import array_module
 from .._tensor import Tensor
 from ._real_view import as_real, write_back
-from .optimizer import Optimizer
+from .optimizer import Optimizer, check_non_negative
 
 __all__ = ["RMSprop"]
 
@@ -49,15 +49,9 @@ class RMSprop(Optimizer):
         centered: bool = False,
         maximize: bool = False,
     ) -> None:
-        for name, value in (
-            ("learning rate", lr),
-            ("epsilon value", eps),
-            ("momentum value", momentum),
-            ("weight_decay value", weight_decay),
-            ("alpha value", alpha),
-        ):
-            if value < 0.0:
-                raise ValueError(f"Invalid {name}: {value}")
+        check_non_negative(
+            learning_rate=lr, epsilon=eps, momentum=momentum, weight_decay=weight_decay, alpha=alpha
+        )
         super().__init__(
             params,
             dict(

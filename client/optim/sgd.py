@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .._tensor import Tensor
-from .optimizer import Optimizer
+from .optimizer import Optimizer, check_non_negative
 
 __all__ = ["SGD"]
 
@@ -27,12 +27,7 @@ class SGD(Optimizer):
         nesterov: bool = False,
         maximize: bool = False,
     ) -> None:
-        if lr < 0.0:
-            raise ValueError(f"Invalid learning rate: {lr}")
-        if momentum < 0.0:
-            raise ValueError(f"Invalid momentum value: {momentum}")
-        if weight_decay < 0.0:
-            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        check_non_negative(learning_rate=lr, momentum=momentum, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         super().__init__(
