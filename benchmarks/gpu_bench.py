@@ -84,7 +84,7 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    from gradwire._runtime.device_maps import local_cuda_device_count
+    from gradwire._runtime.cluster.device_maps import local_cuda_device_count
     from gradwire.distributed.rpc._testing import run_cluster
 
     fake = getattr(sys.modules.get("cupy"), "IS_FAKE", False)

@@ -5,7 +5,7 @@
 Measures, between two processes on this machine:
   * noop rpc_sync latency (p50 / p99), against a raw grpcio unary echo of a small message (the
     target's baseline) and, for reference, a raw grpcio echo on an open bidirectional stream
-    (gradwire's rpc_sync rides such a stream, see gradwire._runtime.call_streams);
+    (gradwire's rpc_sync rides such a stream, see gradwire._runtime.calls.streams);
   * rpc_async throughput with 64 calls in flight;
   * echo of 1 / 16 / 128 MiB float32 tensors (GB/s of round-trip payload = 2 * size / time),
     against raw grpcio unary echo of the same bytes;

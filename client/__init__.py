@@ -14,12 +14,14 @@ from . import (
     distributions,
     errors,
     futures,
+    linalg,
     multiprocessing,  # noqa: E402  (registers tensor reductions with ForkingPickler)
     nn,
     optim,
 )
 from ._backend import Device, device, is_cuda_available
 from ._creation import (
+    Generator,
     arange,
     as_tensor,
     cat,
@@ -106,6 +108,7 @@ __all__ = [
     "rand_like",
     "randn_like",
     "manual_seed",
+    "Generator",
     "seed",
     "stack",
     "cat",
@@ -150,6 +153,7 @@ __all__ = [
     "IntTensor",
     "BoolTensor",
     "futures",
+    "linalg",
     "multiprocessing",
     "nn",
     "optim",

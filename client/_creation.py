@@ -33,6 +33,7 @@ __all__ = [
     "rand_like",
     "randn_like",
     "manual_seed",
+    "Generator",
     "seed",
     "stack",
     "cat",
@@ -53,6 +54,40 @@ def manual_seed(seed: int) -> Any:
     if cp is not None:
         cp.random.seed(int(seed))
     return _rng
+
+
+class Generator:
+    """A random number generator of its own (PyTorch's ``torch.Generator``), for the
+    ``generator=`` argument of rand, randn and randint; the global one is left alone.
+
+    Example:
+        >>> g = gw.Generator().manual_seed(0)
+        >>> gw.rand(2, generator=g)
+    """
+
+    def __init__(self, device: Any = "cpu") -> None:
+        self.device = device
+        self._seed = int(np.random.SeedSequence().entropy % (2**63))  # type: ignore[operator]
+        self._rng = np.random.default_rng(self._seed)
+
+    def manual_seed(self, seed: int) -> Generator:
+        """Reseed this generator; returns it."""
+        self._seed = int(seed)
+        self._rng = np.random.default_rng(self._seed)
+        return self
+
+    def seed(self) -> int:
+        """Reseed from OS entropy; returns the new seed."""
+        self.manual_seed(int(np.random.SeedSequence().entropy % (2**63)))  # type: ignore[operator]
+        return self._seed
+
+    def initial_seed(self) -> int:
+        """The seed this generator was last seeded with."""
+        return self._seed
+
+
+def _generator_rng(generator: Generator | None) -> Any:
+    return _rng if generator is None else generator._rng
 
 
 def seed() -> int:
@@ -220,28 +255,43 @@ def full(
     )
 
 
-def rand(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """Uniform samples in [0, 1)."""
+def rand(
+    *size: Any,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    generator: Generator | None = None,
+) -> Tensor:
+    """Uniform samples in [0, 1) (from ``generator`` if given, else the global generator)."""
+    rng = _generator_rng(generator)
     return _factory(
         size,
         dtype,
         device,
         requires_grad,
-        lambda xp, s, d, dev: _on(dev, np.asarray(_rng.random(s)).astype(d)),
+        lambda xp, s, d, dev: _on(dev, np.asarray(rng.random(s)).astype(d)),
         "rand",
     )
 
 
-def randn(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
-    """Standard normal samples (complex dtypes: real and imaginary parts each of variance 1/2)."""
+def randn(
+    *size: Any,
+    dtype: Any = None,
+    device: Any = None,
+    requires_grad: bool = False,
+    generator: Generator | None = None,
+) -> Tensor:
+    """Standard normal samples (complex dtypes: real and imaginary parts each of variance 1/2),
+    from ``generator`` if given, else the global generator."""
+    rng = _generator_rng(generator)
 
     def make(xp: Any, s: Any, d: Any, dev: Device) -> Any:
         if np.dtype(d).kind == "c":
             return _on(
                 dev,
-                ((_rng.standard_normal(s) + 1j * _rng.standard_normal(s)) / np.sqrt(2)).astype(d),
+                ((rng.standard_normal(s) + 1j * rng.standard_normal(s)) / np.sqrt(2)).astype(d),
             )
-        return _on(dev, _rng.standard_normal(s).astype(d))
+        return _on(dev, rng.standard_normal(s).astype(d))
 
     return _factory(size, dtype, device, requires_grad, make, "randn")
 
@@ -252,16 +302,18 @@ def randint(
     size: Sequence[int] = (),
     dtype: Any = None,
     device: Any = None,
+    generator: Generator | None = None,
 ) -> Tensor:
-    """Random integers in [low, high)."""
+    """Random integers in [low, high) (from ``generator`` if given)."""
     if high is None:
         low, high = 0, low
+    rng = _generator_rng(generator)
     return _factory(
         (tuple(size),),
         dtype or np.int64,
         device,
         False,
-        lambda xp, s, d, dev: _on(dev, _rng.integers(low, high, s).astype(d)),
+        lambda xp, s, d, dev: _on(dev, rng.integers(low, high, s).astype(d)),
     )
 
 

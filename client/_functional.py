@@ -14,6 +14,8 @@ _NAMES = [
     "pow",
     "matmul",
     "mm",
+    "bmm",
+    "nonzero",
     "neg",
     "exp",
     "log",

@@ -167,6 +167,19 @@ class Tensor:
     def is_cuda(self) -> bool:
         return self.device.type == "cuda"
 
+    @property
+    def is_sparse(self) -> bool:
+        """False: gradwire's tensors are always dense (PyTorch's sparse layouts do not exist)."""
+        return False
+
+    def data_ptr(self) -> int:
+        """The address of this tensor's first element (NumPy's or CuPy's data pointer), as
+        PyTorch's ``data_ptr``: two tensors sharing storage at the same offset have the same."""
+        interface = getattr(self._data, "__array_interface__", None)
+        if interface is not None:
+            return int(interface["data"][0])
+        return int(self._data.data.ptr)  # CuPy
+
     def is_floating_point(self) -> bool:
         return bool(self._data.dtype.kind == "f")
 

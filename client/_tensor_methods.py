@@ -238,6 +238,32 @@ def matmul(self: Tensor, other: Tensor) -> Tensor:
     return B.MatMul.apply(self, other)
 
 
+def bmm(self: Tensor, mat2: Tensor) -> Tensor:
+    """Batched matrix product of two 3-D tensors (b, n, m) @ (b, m, p)."""
+    if not isinstance(mat2, Tensor):
+        raise TypeError(f"bmm(): argument 'mat2' must be Tensor, not {type(mat2).__name__}")
+    if self.ndim != 3 or mat2.ndim != 3:
+        raise RuntimeError(
+            f"batch1 and batch2 must be 3D tensors, got {self.ndim}D and {mat2.ndim}D"
+        )
+    if self.shape[0] != mat2.shape[0]:
+        raise RuntimeError(
+            f"batch1 and batch2 must have same number of batches, got {self.shape[0]} and "
+            f"{mat2.shape[0]}"
+        )
+    return B.MatMul.apply(self, mat2)
+
+
+def nonzero(self: Tensor, *, as_tuple: bool = False) -> Any:
+    """Indices of the non-zero elements: an int64 (n, ndim) tensor, or one index tensor per
+    dimension with ``as_tuple=True``; never part of the graph."""
+    xp = array_module(self._data)
+    idx = xp.argwhere(self._data).astype(np.int64)
+    if as_tuple:
+        return tuple(Tensor._wrap(idx[:, i].copy()) for i in range(max(self.ndim, 1)))
+    return Tensor._wrap(idx)
+
+
 def _cmp(op: str) -> Callable[[Tensor, Any], Tensor]:
     def fn(self: Tensor, other: Any) -> Tensor:
         return B.Compare.apply(self, _t(other, self), op=op)
@@ -643,6 +669,8 @@ _METHODS: dict[str, Any] = {
     "pow": pow,
     "matmul": matmul,
     "mm": matmul,
+    "bmm": bmm,
+    "nonzero": nonzero,
     "neg": _unary(U.Neg),
     "negative": _unary(U.Neg),
     "exp": _float_unary(U.Exp),

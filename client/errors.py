@@ -41,7 +41,7 @@ The tree::
                                           remote traceback.
 
 Lower-level errors (``grpc.RpcError``) are mapped to these in exactly one place per side:
-``gradwire._runtime.transport`` on the caller, ``gradwire.server.servicer`` on the callee.
+``gradwire._runtime.transport.transport`` on the caller, ``gradwire.server.servicer`` on the callee.
 """
 
 from __future__ import annotations
@@ -102,6 +102,15 @@ class ArgumentError(GradwireError, ValueError, RuntimeError):
 class RpcNotInitializedError(RpcError):
     """Raised by an rpc verb called before ``init_rpc`` or after ``shutdown``."""
 
+    def __init__(self, message: str) -> None:
+        # PyTorch's wording first (its programs and tests match "^RPC has not been initialized").
+        if not message.startswith(_TORCH_NOT_INITIALIZED):
+            message = f"{_TORCH_NOT_INITIALIZED}: {message}"
+        super().__init__(message)
+
+
+_TORCH_NOT_INITIALIZED = "RPC has not been initialized"
+
 
 class RpcInitError(RpcError):
     """Raised by ``init_rpc`` when the rendezvous or the local setup fails."""
@@ -109,6 +118,15 @@ class RpcInitError(RpcError):
 
 class UnknownWorkerError(RpcError, ValueError):
     """Raised when a destination names no worker of the current cluster."""
+
+    def __init__(self, message: str) -> None:
+        # PyTorch's wording first (its programs and tests match "could not find destination").
+        if not message.startswith(_TORCH_UNKNOWN):
+            message = f"{_TORCH_UNKNOWN}: {message}"
+        super().__init__(message)
+
+
+_TORCH_UNKNOWN = "could not find destination"
 
 
 class SerializationError(RpcError):
@@ -140,12 +158,18 @@ class RpcTimeoutError(RpcError, TimeoutError):
     """
 
     def __init__(self, message: str, destination: str = "", elapsed: float = 0.0) -> None:
+        # PyTorch's wording first (programs and its tests match "RPC ran for more than").
+        if not message.startswith(_TORCH_TIMEOUT):
+            message = f"{_TORCH_TIMEOUT} its timeout: {message}"
         super().__init__(message)
         self.destination = destination
         self.elapsed = elapsed
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (str(self), self.destination, self.elapsed))
+
+
+_TORCH_TIMEOUT = "RPC ran for more than"
 
 
 class WorkerUnavailableError(RpcError, ConnectionError):

@@ -148,7 +148,8 @@ class Future(Generic[T]):
         with self._lock:
             if self._state != _PENDING:
                 raise InvalidFutureStateError(
-                    "Future already completed; set_result/set_exception may be called once"
+                    "Future can only be marked completed once: it is "
+                    "already completed; set_result/set_exception may be called once"
                 )
             self._state, self._value = state, value
             callbacks, self._callbacks = self._callbacks, []
@@ -201,7 +202,15 @@ class Future(Generic[T]):
 
         Returns:
             A new Future.
+
+        Raises:
+            TypeError: ``callback`` is not callable.
         """
+        if not callable(callback):
+            raise TypeError(
+                "then(): incompatible function arguments. The callback must be callable, "
+                f"got {type(callback).__name__}"
+            )
         out: Future[S] = Future()
 
         def chain(fut: Future[T]) -> None:
@@ -217,6 +226,7 @@ class Future(Generic[T]):
 
     def __reduce__(self) -> Any:
         raise FuturePicklingError(
+            "Can not pickle torch.futures.Future: "
             "a gradwire Future cannot be pickled or sent over RPC; send its value "
             "(fut.wait()) or use @rpc.functions.async_execution to return a Future from a callee"
         )

@@ -9,10 +9,10 @@ from typing import Any
 
 import grpc
 from gradwire._proto import worker_pb2 as pb
-from gradwire._runtime import loop as io
 from gradwire._runtime.agent import AgentState
-from gradwire._runtime.options import read_pem
-from gradwire._runtime.transport import SERVICE, channel_options
+from gradwire._runtime.cluster.options import read_pem
+from gradwire._runtime.transport.loop import run_sync
+from gradwire._runtime.transport.transport import SERVICE, channel_options
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
@@ -111,16 +111,16 @@ def create_server(address: str, agent: Any) -> tuple[grpc.aio.Server, int]:
     Example:
         >>> server, port = create_server("127.0.0.1:0", agent)
     """
-    server, port = io.run_sync(_start(address, agent), timeout=30)
+    server, port = run_sync(_start(address, agent), timeout=30)
     try:
         lane = start_fast_lane(agent)
     except Exception:
-        io.run_sync(server.stop(0), timeout=10)
+        run_sync(server.stop(0), timeout=10)
         raise
 
     def stop(grace: float) -> None:
         stopped = lane.stop(grace) if lane is not None else None
-        io.run_sync(server.stop(grace), timeout=grace + 10)
+        run_sync(server.stop(grace), timeout=grace + 10)
         if stopped is not None:
             stopped.wait(grace + 10)
 

@@ -30,23 +30,20 @@ from typing import Any
 import grpc
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
-from gradwire._runtime.transport import (
+from gradwire._runtime.transport.transport import (
     FAST_LANE_CONTROL,
-    IN_FLIGHT_MARK,
     SERVICE,
     channel_options,
 )
 from gradwire._wire.framing import Frame, assemble_one, decode_frame, encode_frame
 from gradwire.errors import (
     GradwireError,
-    SerializationError,
-    TooManyRequestsError,
     WorkerUnavailableError,
 )
 from gradwire.futures import Future, blocking_region
 
 from .interceptors import not_ready_message, token_refusal
-from .servicer import Undecodable, caller_from_metadata, lenient, status_for
+from .servicer import Undecodable, caller_from_metadata, failed_reply, lenient, status_for
 
 __all__ = ["start_fast_lane", "FAST_LANE_METHODS"]
 
@@ -115,34 +112,21 @@ class _Lane:
 
     def _call(self, frame: Frame, caller: int, context: grpc.ServicerContext) -> Frame:
         callee = self._agent.callee
-        if not callee.enter(caller, fast_lane=True):
-            _abort(
-                context,
-                TooManyRequestsError(
-                    f"worker {self._agent.name!r} already has "
-                    f"{self._agent.options.max_in_flight_per_peer} {IN_FLIGHT_MARK} from worker "
-                    f"{self._agent.peer_name(caller)!r} (max_in_flight_per_peer)"
-                ),
-            )
-        call = frame.header.call
+        try:
+            callee.admit(caller, fast_lane=True)
+        except GradwireError as exc:
+            _abort(context, exc)
         reply: Any = None
         try:
-            reply = callee.serve_plain(frame, caller)
-            if reply is not None:
+            reply = callee.handle(frame, caller)
+            if isinstance(reply, Frame):  # the plain path's reply frame
                 return reply
-            try:
-                msg = self._assemble(frame, caller)
-                if not msg.header.HasField("call"):
-                    raise SerializationError("the first frame of a call carries no CallHeader")
-                reply = callee.serve_blocking(msg, caller)
-            except GradwireError as exc:
-                reply = callee.encode_error(call, exc)
-            return callee.reply_frame(reply, call, caller)
+            return callee.reply_frame(reply, frame.header.call, caller)
         finally:
             if isinstance(reply, Future):  # in flight until its value is there
-                reply.add_done_callback(lambda f: callee.leave(caller, _failed(f.value())))
+                reply.add_done_callback(lambda f: callee.leave(caller, failed_reply(f.value())))
             else:
-                callee.leave(caller, reply is None or _failed(reply))
+                callee.leave(caller, reply is None or failed_reply(reply))
 
     def gradients(self, request: Any, context: grpc.ServicerContext) -> pb.GradientsAck:
         frame, caller = self._frame(request, context)
@@ -178,12 +162,6 @@ class _Lane:
         except Exception as exc:  # noqa: BLE001 - becomes the call's status
             _abort(context, exc)
             raise  # pragma: no cover - abort raises
-
-
-def _failed(reply: Any) -> bool:
-    """Whether a reply (a Frame, or a header and its buffers) carries an error."""
-    header = reply.header if isinstance(reply, Frame) else reply[0]
-    return bool(header.reply.HasField("error"))
 
 
 def _admit(agent: Any, path: str, context: grpc.ServicerContext) -> None:

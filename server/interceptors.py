@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-from gradwire._runtime.transport import SERVICE
+from gradwire._runtime.transport.transport import SERVICE
 
 __all__ = ["AuthInterceptor", "TOKEN_KEY", "CALLER_KEY", "token_refusal", "not_ready_message"]
 

@@ -17,9 +17,9 @@ from typing import Any
 import grpc
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
-from gradwire._runtime.callee import until_done
-from gradwire._runtime.rref_errors import RRefProtocolError
-from gradwire._runtime.transport import IN_FLIGHT_MARK, SERVICE
+from gradwire._runtime.calls.callee import until_done
+from gradwire._runtime.rref.errors import RRefProtocolError
+from gradwire._runtime.transport.transport import SERVICE
 from gradwire._wire.framing import (
     Assembler,
     Frame,
@@ -82,6 +82,12 @@ def caller_from_metadata(metadata: Any, world_size: int) -> int:
     return -1
 
 
+def failed_reply(reply: Any) -> bool:
+    """Whether a reply (a Frame, or a header and its buffers) carries an error."""
+    header = reply.header if isinstance(reply, Frame) else reply[0]
+    return bool(header.reply.HasField("error"))
+
+
 async def _await_value(value: Any) -> Any:
     if isinstance(value, Future):
         await until_done(value)
@@ -101,14 +107,11 @@ class WorkerServicer:
         if self._agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
             raise WorkerUnavailableError(f"worker {self._agent.name!r} is not running")
 
-    def _enter(self, caller: int) -> None:
-        self._check_alive()
-        if not self._agent.callee.enter(caller):
-            raise TooManyRequestsError(
-                f"worker {self._agent.name!r} already has "
-                f"{self._agent.options.max_in_flight_per_peer} {IN_FLIGHT_MARK} from worker "
-                f"{self._agent.peer_name(caller)!r} (max_in_flight_per_peer)"
-            )
+    async def _on_pool(self, core: Any, *args: Any) -> Any:
+        """Run the synchronous ``core(*args)`` on the serving pool; a Future it returns (a
+        reply that comes later) is awaited without holding any thread."""
+        out = await asyncio.wrap_future(self._agent.pool.submit(core, *args))
+        return await _await_value(out)
 
     async def _fail(self, context: grpc.aio.ServicerContext, exc: BaseException) -> None:
         code, details = status_for(exc)
@@ -122,30 +125,28 @@ class WorkerServicer:
     async def _serve(self, msg: Message, caller: int) -> tuple[pb.FrameHeader, list[Any]]:
         if not msg.header.HasField("call"):
             raise SerializationError("the first frame of a call carries no CallHeader")
-        return await self._agent.callee.serve(msg, caller)
+        reply: tuple[pb.FrameHeader, list[Any]] = await self._on_pool(
+            self._agent.callee.serve_blocking, msg, caller
+        )
+        return reply
 
     # -- user calls ----------------------------------------------------------------------------
 
     async def Call(self, frame: Frame, context: grpc.aio.ServicerContext) -> Frame:  # noqa: N802
+        callee = self._agent.callee
         caller = _caller_id(context, self._agent.world_size)
         try:
-            self._enter(caller)
+            callee.admit(caller)
         except GradwireError as exc:
             await self._fail(context, exc)
-        failed = True
+        reply: Any = None
         try:
-            asm = self._assembler(caller)
-            try:
-                if not asm.feed(frame):
-                    raise SerializationError("single-frame call without its last frame")
-                assert asm.message is not None
-                first, buffers = await self._serve(asm.message, caller)
-            except GradwireError as exc:
-                first, buffers = self._agent.callee.encode_error(frame.header.call, exc)
-            failed = first.reply.HasField("error")
-            return self._agent.callee.reply_frame((first, buffers), frame.header.call, caller)
+            reply = await self._on_pool(callee.handle, frame, caller)
+            if isinstance(reply, Frame):  # the plain path's reply frame
+                return reply
+            return callee.reply_frame(reply, frame.header.call, caller)
         finally:
-            self._agent.callee.leave(caller, failed)
+            callee.leave(caller, reply is None or failed_reply(reply))
 
     async def CallStream(  # noqa: N802
         self, frames: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -161,7 +162,7 @@ class WorkerServicer:
     ) -> AsyncIterator[Frame]:
         caller = _caller_id(context, self._agent.world_size)
         try:
-            self._enter(caller)
+            self._agent.callee.admit(caller)
         except GradwireError as exc:
             await self._fail(context, exc)
         failed = True

@@ -40,14 +40,23 @@ FORBIDDEN_FOR_WIRE = (
     "gradwire.server",
     "socket",
 )
-# The RRef protocol and the distributed-autograd core are transport-free state machines.
+# The protocol cores never touch the network: the RRef state machine and the dist-autograd
+# container and engine are transport-free; their services (rref/service, calls, fetch, send;
+# dist_autograd/service) are the ones that do.
 TRANSPORT_FREE = [
-    "_runtime/rref_protocol.py",
-    "_runtime/rref_owner.py",
-    "_runtime/rref_user.py",
-    "_runtime/rref_messages.py",
-    "_runtime/dist_autograd.py",
+    "_runtime/rref/protocol.py",
+    "_runtime/rref/owner.py",
+    "_runtime/rref/user.py",
+    "_runtime/rref/messages.py",
+    "_runtime/rref/ids.py",
+    "_runtime/rref/value.py",
+    "_runtime/rref/views.py",
+    "_runtime/rref/errors.py",
+    "_runtime/dist_autograd/engine.py",
+    "_runtime/util",
 ]
+# The runtime's folders below the agent, which builds and wires them: none imports it.
+RUNTIME_FOLDERS = ["calls", "cluster", "dist_autograd", "rref", "transport", "util"]
 
 
 def _files(entries: list[str]) -> list[Path]:
@@ -91,9 +100,19 @@ def _violations(sources: dict[Path, str], forbidden: tuple[str, ...]) -> list[st
     [
         (COMPUTE, FORBIDDEN_FOR_COMPUTE),
         (["_wire"], FORBIDDEN_FOR_WIRE),
-        (TRANSPORT_FREE, ("grpc", "gradwire._proto", "gradwire._wire", "gradwire.server")),
+        (
+            TRANSPORT_FREE,
+            (
+                "grpc",
+                "gradwire._proto",
+                "gradwire._wire",
+                "gradwire.server",
+                "gradwire._runtime.transport",
+            ),
+        ),
+        ([f"_runtime/{f}" for f in RUNTIME_FOLDERS], ("gradwire._runtime.agent",)),
     ],
-    ids=["compute", "wire", "transport-free"],
+    ids=["compute", "wire", "transport-free", "below-the-agent"],
 )
 def test_layers_import_one_way(entries: list[str], forbidden: tuple[str, ...]) -> None:
     files = _files(entries)
@@ -108,3 +127,69 @@ def test_the_checker_resolves_relative_imports() -> None:
         "_ops/probe.py imports gradwire._runtime",
         "_ops/probe.py imports gradwire._runtime.agent",
     ]
+
+
+def _module_of(rel: Path) -> str:
+    parts = ["gradwire", *rel.with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _cycles(sources: dict[Path, str]) -> list[list[str]]:
+    """The import cycles among the modules of ``sources`` (every import counts: top-level,
+    function-local and type-checking ones), as sorted lists of module names."""
+    modules = {_module_of(rel): rel for rel in sources}
+    graph: dict[str, set[str]] = {}
+    for mod, rel in modules.items():
+        graph[mod] = {n for n in _imports(sources[rel], rel) if n in modules and n != mod}
+    # Tarjan's strongly connected components.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_runtime_has_no_import_cycle() -> None:
+    # Its imports are one-way arrows: the agent on top builds the services; a service imports
+    # only what lies below it (docs/architecture.md draws them).
+    files = sorted((CLIENT / "_runtime").rglob("*.py"))
+    sources = {f.relative_to(CLIENT): f.read_text() for f in files}
+    assert _cycles(sources) == []
+
+
+def test_the_cycle_checker_finds_a_cycle() -> None:
+    probe = {
+        Path("_runtime/a.py"): "from . import b\n",
+        Path("_runtime/b.py"): "def f():\n    from .c import x\n",
+        Path(
+            "_runtime/c.py"
+        ): "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import y\n",
+        Path("_runtime/d.py"): "from . import a\n",
+    }
+    assert _cycles(probe) == [["gradwire._runtime.a", "gradwire._runtime.b", "gradwire._runtime.c"]]

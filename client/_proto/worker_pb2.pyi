@@ -86,7 +86,7 @@ class TensorMeta(_message.Message):
     requires_grad: bool
     shm: SharedMemoryRef
     kind: str
-    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., device: _Optional[str] = ..., target_device: _Optional[str] = ..., requires_grad: _Optional[bool] = ..., shm: _Optional[_Union[SharedMemoryRef, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., device: _Optional[str] = ..., target_device: _Optional[str] = ..., requires_grad: bool = ..., shm: _Optional[_Union[SharedMemoryRef, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class SharedMemoryRef(_message.Message):
     __slots__ = ("name", "offset", "size", "seg_id", "ticket")
@@ -198,7 +198,7 @@ class FrameHeader(_message.Message):
     payload: Payload
     offset: int
     last: bool
-    def __init__(self, call: _Optional[_Union[CallHeader, _Mapping]] = ..., reply: _Optional[_Union[ReplyHeader, _Mapping]] = ..., fetch: _Optional[_Union[FetchHeader, _Mapping]] = ..., gradients: _Optional[_Union[GradientsHeader, _Mapping]] = ..., payload: _Optional[_Union[Payload, _Mapping]] = ..., offset: _Optional[int] = ..., last: _Optional[bool] = ...) -> None: ...
+    def __init__(self, call: _Optional[_Union[CallHeader, _Mapping]] = ..., reply: _Optional[_Union[ReplyHeader, _Mapping]] = ..., fetch: _Optional[_Union[FetchHeader, _Mapping]] = ..., gradients: _Optional[_Union[GradientsHeader, _Mapping]] = ..., payload: _Optional[_Union[Payload, _Mapping]] = ..., offset: _Optional[int] = ..., last: bool = ...) -> None: ...
 
 class RemoteAck(_message.Message):
     __slots__ = ("rref_id", "fork_id", "autograd", "error")
@@ -256,7 +256,7 @@ class ForkAccepted(_message.Message):
     rref_id: GloballyUniqueId
     fork_id: GloballyUniqueId
     known: bool
-    def __init__(self, rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., known: _Optional[bool] = ...) -> None: ...
+    def __init__(self, rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., known: bool = ...) -> None: ...
 
 class ChildAck(_message.Message):
     __slots__ = ("rref_id", "fork_id", "child_id")
@@ -294,7 +294,7 @@ class GradientsHeader(_message.Message):
     sender_id: int
     retain_graph: bool
     pass_id: int
-    def __init__(self, context_id: _Optional[int] = ..., message_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., sender_id: _Optional[int] = ..., retain_graph: _Optional[bool] = ..., pass_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, context_id: _Optional[int] = ..., message_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., sender_id: _Optional[int] = ..., retain_graph: bool = ..., pass_id: _Optional[int] = ...) -> None: ...
 
 class GradientsAck(_message.Message):
     __slots__ = ("error",)
@@ -352,7 +352,7 @@ class BarrierReply(_message.Message):
     MISSING_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     missing: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, ok: _Optional[bool] = ..., missing: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, ok: bool = ..., missing: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DebugInfoRequest(_message.Message):
     __slots__ = ()

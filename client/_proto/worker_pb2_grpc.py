@@ -5,7 +5,7 @@ import warnings
 
 from gradwire._proto import worker_pb2 as gradwire_dot___proto_dot_worker__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.72.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in gradwire/_proto/worker_pb2_grpc.py depends on'
+        + f' but the generated code in gradwire/_proto/worker_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class WorkerStub:
+class WorkerStub(object):
     """---------------------------------------------------------------------------------------------
     The service
     ---------------------------------------------------------------------------------------------
@@ -130,7 +130,7 @@ class WorkerStub:
                 _registered_method=True)
 
 
-class WorkerServicer:
+class WorkerServicer(object):
     """---------------------------------------------------------------------------------------------
     The service
     ---------------------------------------------------------------------------------------------
@@ -366,7 +366,7 @@ def add_WorkerServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Worker:
+class Worker(object):
     """---------------------------------------------------------------------------------------------
     The service
     ---------------------------------------------------------------------------------------------

@@ -1,21 +1,22 @@
-"""The agent: one per worker process while RPC is up. Owns identity, peers, state and counters.
+"""The agent: one per worker process while RPC is up. It builds the worker's services, wires
+them together, and owns identity, state, the rendezvous, the barriers and shutdown.
 
-Outgoing calls live in :mod:`caller`, incoming ones in :mod:`callee`; the gRPC server (layer L4,
-``gradwire.server``) calls the agent's handlers. ``gradwire.distributed.rpc.init_rpc`` builds an
-Agent, starts a server for it and calls :meth:`Agent.join`.
+Nothing below it imports it: each service gets the frozen ``WorkerContext`` (name, rank,
+peers, options, policy) and the few other things it uses (the transport, the serving pool,
+the events, a callback). "Peer lost" and the state changes are events
+(``cluster.events.ClusterEvents``) that the agent subscribes the services to; the control
+handlers the services serve are registered here (``register_control_handler``).
 
-The RRef protocol runs in ``rref_service`` / ``rref_calls`` (``self.rref``) and dist autograd in
-``autograd_service`` (``self.autograd``), both through these extension points:
-``register_control_handler`` (serve ForkRequest, ChildAck, RRefDelete, ReleaseContext,
-RemoteCall, FetchRRef, PropagateGradients), ``caller.send_control`` (typed control messages with
-retry), ``emit_control_event`` (the WatchControl stream), ``gradwire._wire.pickler
-.register_side_table`` (RRefs in payloads) and ``gradwire._runtime.hooks`` (autograd metadata).
+Outgoing calls live in ``calls.caller``, incoming ones in ``calls.callee``; the gRPC servers
+(layer L4, ``gradwire.server``) call the agent's handlers. ``gradwire.distributed.rpc.init_rpc``
+builds an Agent, starts a server for it and calls :meth:`Agent.join`. The RRef protocol runs in
+``rref.service`` (``self.rref``, with ``rref.calls`` and ``rref.fetch``) and dist autograd in
+``dist_autograd.service`` (``self.autograd``), which also hooks calls (``calls.hooks``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import logging
 import os
@@ -40,18 +41,24 @@ from ..errors import (
     RpcTimeoutError,
     WorkerUnavailableError,
 )
-from . import loop as io
-from . import shm_route
-from .callee import Callee
-from .caller import Caller
-from .device_maps import DeviceMaps
-from .device_maps import publish as publish_devices
-from .liveness import Liveness
-from .options import NO_TIMEOUT, UNSET_RPC_TIMEOUT, GrpcRpcBackendOptions
-from .pool import ServingPool
-from .rendezvous import BarrierHost, RendezvousHost, is_loopback, plan
-from .transport import Transport, map_rpc_error
-from .workers import Peer, WorkerInfo, host_id, resolve_destination
+from .calls.callee import Callee
+from .calls.caller import Caller
+from .calls.pool import ServingPool
+from .cluster.context import PeerTable, WorkerContext
+from .cluster.device_maps import DeviceMaps
+from .cluster.device_maps import publish as publish_devices
+from .cluster.events import AgentState, ClusterEvents, ControlEvents
+from .cluster.liveness import Liveness
+from .cluster.options import GrpcRpcBackendOptions
+from .cluster.rendezvous import BarrierHost, RendezvousHost, is_loopback, plan, route_to
+from .cluster.workers import Peer, WorkerInfo, host_id
+from .dist_autograd.service import DistAutogradService
+from .rref.calls import RRefCalls
+from .rref.fetch import RRefFetch
+from .rref.service import RRefService
+from .transport.loop import io_loop, run_sync
+from .transport.shm_route import ShmRoutes
+from .transport.transport import Transport, map_rpc_error
 
 __all__ = [
     "Agent",
@@ -63,21 +70,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class AgentState(enum.Enum):
-    """Lifecycle of an agent."""
-
-    #: Created; the server may run but the rendezvous has not started.
-    UNINITIALIZED = "UNINITIALIZED"
-    #: Serving and waiting for every rank at the rendezvous.
-    JOINING = "JOINING"
-    #: Joined: calls flow in both directions.
-    RUNNING = "RUNNING"
-    #: shutdown() started: still serving peers, draining, at the barrier.
-    SHUTTING_DOWN = "SHUTTING_DOWN"
-    #: Stopped; a new init_rpc may create another agent in this process.
-    SHUTDOWN = "SHUTDOWN"
 
 
 _current: Agent | None = None
@@ -208,17 +200,14 @@ class Agent:
         if self.policy.guarded:
             guard.install()  # the audit hook, once per process (docs/security.md)
         self.plan = plan(options.init_method, rank, world_size, options.listen_address)
-        self.state = AgentState.UNINITIALIZED
         #: A worker that enters the shutdown barrier as soon as it joined, to serve until the
         #: job ends (gradwire-worker --until job), reports SERVING to health checks while it
         #: waits there; any other shutdown reports NOT_SERVING from its start.
         self.serving_until_job = False
-        self.pool = ServingPool(options.num_worker_threads, name=f"gradwire-{name}")
-        self.transport = Transport(options, rank)
-        self.caller = Caller(self)
-        self.callee = Callee(self)
-        self.peers: list[Peer] = []
-        self.by_name: dict[str, Peer] = {}
+        self.table = PeerTable(DeviceMaps(name, options.device_maps))
+        self.ctx = WorkerContext(name, rank, world_size, options, self.policy, self.table)
+        self.events = ClusterEvents()
+        self.control_events = ControlEvents()
         self.session = ""
         self.address = ""
         #: "unix:/path" this worker also serves on (same-host peers dial it), or "".
@@ -234,25 +223,15 @@ class Agent:
         #: True when rank 0 generated the token (Join is then open on loopback).
         self.token_generated = False
         self.rendezvous: RendezvousHost | None = None
-        #: The maps tensors travel by (own maps; the inverse ones once the rendezvous is done).
-        self.device_maps = DeviceMaps(name, options.device_maps)
         self.barriers: BarrierHost | None = None
         self.control_handlers: dict[str, Callable[..., Any]] = {}
-        self._listeners: list[Callable[[AgentState], None]] = []
-        self._watchers: list[asyncio.Queue[pb.ControlEvent]] = []
         self._ready = asyncio.Event()
         self._ready_flag = threading.Event()  # the same, for threads (the fast lane)
         self._state_lock = threading.Lock()
         self._barrier_gen = itertools.count()
         self._stop_server: Callable[[float], None] | None = None
         self._check_security()
-        from .autograd_service import DistAutogradService  # registers its control handlers
-
-        self.autograd = DistAutogradService(self)
-        from .rref_service import RRefService  # registers the RRef control handlers
-
-        self.rref = RRefService(self)
-        self.liveness = Liveness(self)
+        self._build()
         if rank == 0:
             # Set up before the server starts, so that the first Join finds them.
             if self.token is None:
@@ -260,6 +239,66 @@ class Agent:
             self.rendezvous = RendezvousHost(
                 world_size, uuid.uuid4().hex, self.token if self.token_generated else ""
             )
+
+    def _build(self) -> None:
+        """Build the services, each from what it uses, and wire them together."""
+        ctx, events, control = self.ctx, self.events, self.control_events
+        self.pool = ServingPool(self.options.num_worker_threads, name=f"gradwire-{self.name}")
+        self.transport = Transport(self.options, self.rank)
+        self.rref = RRefService(ctx, self.transport, self.pool, events, control)
+        self.rref.calls = RRefCalls(self.rref)
+        self.rref.fetch = RRefFetch(self.rref)
+        self.caller = Caller(ctx, self.transport, self.pool, events, self.rref.abandon_payload)
+        self.callee = Callee(ctx, self.pool, self.rref, self._serving)
+        self.autograd = DistAutogradService(
+            ctx, self.transport, self.pool, control, self.caller.send_control
+        )
+        self.liveness = Liveness(ctx, self.transport, events, control)
+        self.shm_routes = ShmRoutes(ctx, events)
+        for handlers in (self.rref.handlers, self.autograd.handlers):
+            for method, handler in handlers.items():
+                self.register_control_handler(method, handler)
+        # A lost peer: its pending calls fail first (naming it), then its channels close
+        # (cancelling what still waits on them), its dist-autograd contexts are reclaimed,
+        # the shutdown barriers stop waiting for it, and the RRef service gives up on it.
+        events.on_peer_lost(self._fail_calls_to)
+        events.on_peer_lost(self._drop_channels)
+        events.on_peer_lost(lambda peer, _why: self.autograd.on_peer_lost(peer.id))
+        events.on_peer_lost(self._barriers_forget)
+        events.on_peer_lost(lambda peer, _why: self.rref.on_peer_lost(peer.id))
+
+    def _serving(self) -> bool:
+        return self.events.state not in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED)
+
+    def _fail_calls_to(self, peer: Peer, why: str) -> None:
+        self.caller.fail_peer(peer.id, f"worker {peer.name!r} is lost: {why}")
+
+    def _drop_channels(self, peer: Peer, _why: str) -> None:
+        self.transport.drop(peer.dial)
+        if peer.call_dial != peer.dial:
+            self.transport.drop(peer.call_dial)
+
+    def _barriers_forget(self, peer: Peer, _why: str) -> None:
+        if self.barriers is not None:  # rank 0: the shutdown barriers stop waiting for it
+            io_loop().call_soon_threadsafe(self.barriers.mark_gone, peer.id)
+
+    # -- identity and peers (read by the servers and the public API) ---------------------------
+
+    @property
+    def state(self) -> AgentState:
+        return self.events.state
+
+    @property
+    def peers(self) -> list[Peer]:
+        return self.table.all
+
+    @property
+    def by_name(self) -> dict[str, Peer]:
+        return self.table.by_name
+
+    @property
+    def device_maps(self) -> DeviceMaps:
+        return self.table.device_maps
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -288,24 +327,18 @@ class Agent:
 
     def _set_state(self, state: AgentState) -> None:
         with self._state_lock:
-            self.state = state
-        for listener in list(self._listeners):
-            try:
-                listener(state)
-            except Exception:
-                log.exception("agent state listener failed")
+            self.events.state = state
+        self.events.state_changed(state)
 
     def add_state_listener(self, listener: Callable[[AgentState], None]) -> None:
         """Call ``listener(state)`` on every state change (from any thread)."""
-        self._listeners.append(listener)
+        self.events.on_state(listener)
 
     def attach_server(self, port: int, stop: Callable[[float], None]) -> None:
         """Record the bound port of this worker's server and how to stop it."""
         host = self.plan.listen.rpartition(":")[0].strip("[]")
         if host in ("0.0.0.0", "::", ""):
-            from .rendezvous import _route_to
-
-            host = _route_to(self.plan.master.rpartition(":")[0])
+            host = route_to(self.plan.master.rpartition(":")[0])
         self.address = self.options.advertise_address or f"{host}:{port}"
         self._stop_server = stop
 
@@ -327,21 +360,15 @@ class Agent:
 
     def peer_name(self, worker_id: int) -> str:
         """Name of worker ``worker_id`` (or ``"#id"`` if unknown)."""
-        if 0 <= worker_id < len(self.peers):
-            return self.peers[worker_id].name
-        return f"#{worker_id}"
+        return self.table.name_of(worker_id)
 
     def resolve(self, to: Any) -> Peer:
         """Destination (name, WorkerInfo or rank) -> Peer; raises UnknownWorkerError."""
-        return resolve_destination(to, self.peers, self.by_name)
+        return self.table.resolve(to)
 
     def timeout_of(self, timeout: float) -> float | None:
         """A verb's timeout argument -> seconds or None (-1: the default, 0: none)."""
-        if timeout is None or timeout == UNSET_RPC_TIMEOUT:
-            timeout = self.options.rpc_timeout
-        if timeout < 0:
-            raise ValueError(f"timeout must be -1 (default), 0 (none) or positive, got {timeout}")
-        return None if timeout == NO_TIMEOUT else float(timeout)
+        return self.ctx.timeout_of(timeout)
 
     @property
     def info(self) -> WorkerInfo:
@@ -368,9 +395,9 @@ class Agent:
         timeout = self.options.init_timeout
         if self.rank == 0:
             assert self.rendezvous is not None
-            io.run_sync(self._add_self(me), timeout)
+            run_sync(self._add_self(me), timeout)
             try:
-                reply = io.run_sync(self.rendezvous.wait(timeout), timeout + 5)
+                reply = run_sync(self.rendezvous.wait(timeout), timeout + 5)
             except TimeoutError as exc:
                 raise RpcInitError(f"rendezvous timed out after {timeout} s") from exc
         else:
@@ -396,16 +423,17 @@ class Agent:
                 self.token = reply.token
         self.transport.set_token(self.token, self.rank)
         self.session = reply.session
-        self.peers = [_peer(w, me.host_id) for w in reply.workers]
-        self.by_name = {p.name: p for p in self.peers}
-        self.device_maps = DeviceMaps(self.name, self.options.device_maps, reply.workers)
+        self.table.fill(
+            [_peer(w, me.host_id) for w in reply.workers],
+            DeviceMaps(self.name, self.options.device_maps, reply.workers),
+        )
         if self.rank == 0:
             self.barriers = BarrierHost({p.id: p.name for p in self.peers})
         self.liveness.start()
         # RUNNING before ready: a peer's call admitted by the ready gate may at once ask for
         # the current agent (get_worker_info() in the called function), which needs RUNNING.
         self._set_state(AgentState.RUNNING)
-        io.io_loop().call_soon_threadsafe(self._ready.set)
+        io_loop().call_soon_threadsafe(self._ready.set)
         self._ready_flag.set()
         log.info("worker %s (rank %d) joined session %s", self.name, self.rank, self.session)
 
@@ -431,7 +459,7 @@ class Agent:
         )
         if self.rank == 0:
             assert self.barriers is not None
-            return io.run_sync(
+            return run_sync(
                 self.barriers.arrive(request.name, request.generation, self.rank, timeout),
                 timeout + 5,
             )
@@ -525,16 +553,13 @@ class Agent:
 
     def emit_control_event(self, event: pb.ControlEvent) -> None:
         """Publish a control event to WatchControl subscribers (thread-safe)."""
-        loop = io.io_loop()
-        for q in list(self._watchers):
-            loop.call_soon_threadsafe(q.put_nowait, event)
+        self.control_events.emit(event)
 
     def add_watcher(self, queue: asyncio.Queue[pb.ControlEvent]) -> None:
-        self._watchers.append(queue)
+        self.control_events.add_watcher(queue)
 
     def remove_watcher(self, queue: asyncio.Queue[pb.ControlEvent]) -> None:
-        if queue in self._watchers:
-            self._watchers.remove(queue)
+        self.control_events.remove_watcher(queue)
 
     # -- inspection ----------------------------------------------------------------------------
 
@@ -555,7 +580,7 @@ class Agent:
             **self.autograd.debug_info(),
             **self.rref.debug_info(),
             **self.liveness.debug_info(),
-            **shm_route.debug_info(self),
+            **self.shm_routes.debug_info(),
             "peers": [
                 {
                     "name": p.name,

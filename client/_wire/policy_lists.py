@@ -91,6 +91,7 @@ GRADWIRE_NAMESPACES: tuple[str, ...] = (
     "gradwire.autograd",
     "gradwire.futures",
     "gradwire.errors",
+    "gradwire.linalg",
     "gradwire.distributed.rpc",
     "gradwire.distributed.rpc.functions",
     "gradwire.distributed.autograd",
@@ -248,6 +249,18 @@ gradwire.optim: AdamW RMSprop Adagrad
 gradwire.optim.lr_scheduler: LRScheduler StepLR
 gradwire.optim.lr_scheduler:LRScheduler. get_last_lr get_lr load_state_dict state_dict step
 gradwire.optim.lr_scheduler:StepLR. get_lr
+# issue 25 (PyTorch's RPC test suite): the address of a tensor's storage
+gradwire:Tensor. data_ptr
+gradwire: Generator
+gradwire:Generator. initial_seed manual_seed seed
+gradwire.optim: Adadelta Adamax Rprop
+gradwire: bmm nonzero
+gradwire:Tensor. bmm nonzero
+gradwire.linalg: multi_dot
+gradwire.nn: L1Loss
+gradwire.nn:L1Loss. forward
+gradwire.nn.functional: l1_loss
+gradwire.distributed.rpc._gather: _gather_put    # the leader's side of rpc.api._all_gather
 gradwire.autograd: is_anomaly_enabled is_anomaly_check_nan_enabled is_multithreading_enabled
 gradwire.autograd.anomaly_mode: AnomalyError
 # nn layers: normalisation, activations, containers, losses, Module state; distributions
@@ -317,7 +330,7 @@ gradwire.distributed.rpc:RRef. backward confirmed_by_owner is_owner local_value 
 gradwire.distributed.rpc.functions: async_execution
 gradwire.distributed.autograd: ContextError backward context get_gradients is_available
 # gradwire's exceptions defined in private modules: they travel back to callers with their type
-gradwire._runtime.rref_errors: RRefProtocolError UnknownRRefError
+gradwire._runtime.rref.errors: RRefProtocolError UnknownRRefError
 gradwire.autograd.gradcheck: GradcheckError
 gradwire.multiprocessing: AuthenticationError BufferTooShort ProcessError ProcessException
     ProcessExitedException ProcessRaisedException TimeoutError

@@ -4,7 +4,7 @@ A non-contiguous view is made contiguous first, so only its own elements travel 
 with its shape. A large tensor for a peer on the same host goes through shared memory instead
 (:mod:`gradwire._wire.shm`). GPU (CuPy) arrays need an entry for their device in the map of their
 direction (the caller's map for a request, its inverse for a reply or gradients;
-``gradwire._runtime.device_maps``); without one the error is immediate and says which worker's
+``gradwire._runtime.cluster.device_maps``); without one the error is immediate and says which worker's
 ``set_device_map`` to extend. CPU arrays never use a map.
 """
 

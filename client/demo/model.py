@@ -24,7 +24,8 @@ class HiddenLayers(nn.Module):
         self.device = device
         self.net = nn.Sequential(
             nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh()
-        ).to(device)
+        )
+        self.net.to(device)
 
     def forward(self, x: Tensor) -> Tensor:
         # Hogwild: both trainers update these parameters while the other's backward may still

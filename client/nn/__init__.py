@@ -12,6 +12,7 @@ from .loss import NLLLoss
 from .modules import (
     CrossEntropyLoss,
     Identity,
+    L1Loss,
     Linear,
     Module,
     MSELoss,
@@ -51,6 +52,7 @@ __all__ = [
     "Identity",
     "Sequential",
     "MSELoss",
+    "L1Loss",
     "CrossEntropyLoss",
     "functional",
     "init",

@@ -31,6 +31,7 @@ __all__ = [
     "log_softmax",
     "linear",
     "mse_loss",
+    "l1_loss",
     "cross_entropy",
     "nll_loss",
 ]
@@ -112,3 +113,17 @@ def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
         )
     diff = input - target
     return _reduce(diff * diff, reduction)
+
+
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """Mean absolute error (its gradient at a zero difference is 0, as in PyTorch).
+
+    Raises:
+        ValueError: if the shapes differ (no silent broadcasting) or ``reduction`` is unknown.
+    """
+    if input.shape != target.shape:
+        raise ValueError(
+            f"l1_loss: input shape {input.shape} and target shape {target.shape} differ; "
+            "reshape one of them so they match"
+        )
+    return _reduce((input - target).abs(), reduction)

@@ -542,6 +542,17 @@ class MSELoss(Module):
         return F.mse_loss(input, target, self.reduction)
 
 
+class L1Loss(Module):
+    """Mean absolute error between input and target (``reduction``: 'mean', 'sum' or 'none')."""
+
+    def __init__(self, reduction: str = "mean") -> None:
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:
+        return F.l1_loss(input, target, self.reduction)
+
+
 class CrossEntropyLoss(Module):
     """Softmax cross entropy of logits against class indices (or class probabilities).
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from gradwire._runtime.options import read_pem
+from gradwire._runtime.cluster.options import read_pem
 
 from .settings import ConfigError, Setting, add_settings, resolve_settings
 from .tls_settings import TLS_SETTINGS, TlsFiles, resolve_tls, resolve_token

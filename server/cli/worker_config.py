@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gradwire._runtime.options import GrpcRpcBackendOptions
-from gradwire._runtime.rendezvous import is_loopback, plan
-from gradwire._runtime.workers import validate_name
+from gradwire._runtime.cluster.options import GrpcRpcBackendOptions
+from gradwire._runtime.cluster.rendezvous import is_loopback, plan
+from gradwire._runtime.cluster.workers import validate_name
 from gradwire._wire.policy import DEFAULT_DENY
 from gradwire.errors import GradwireError
 

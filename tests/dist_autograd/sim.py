@@ -10,7 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from gradwire._runtime.dist_autograd import (
+from gradwire._runtime.dist_autograd.engine import (
     DistAutogradContainer,
     DistAutogradEngine,
     record_recv,

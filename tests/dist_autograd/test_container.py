@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from gradwire._runtime.dist_autograd import ContextError, DistAutogradContainer
+from gradwire._runtime.dist_autograd.engine import ContextError, DistAutogradContainer
 
 
 class FakeClock:

@@ -7,7 +7,7 @@ import threading
 import gradwire as gw
 import numpy as np
 import pytest
-from gradwire._runtime.dist_autograd import ContextError
+from gradwire._runtime.dist_autograd.engine import ContextError
 
 from .sim import SimCluster
 

@@ -13,7 +13,7 @@ import pytest
 from gradwire import errors
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import current
-from gradwire._runtime.callee import Callee
+from gradwire._runtime.calls.callee import Callee
 from gradwire._wire import calls, framing, pickler
 from gradwire._wire.pickler import EncodeContext
 from gradwire.distributed import rpc
@@ -45,13 +45,10 @@ def test_no_fast_lane_without_unix_sockets() -> None:
 
 
 def _solo(token: str = "the-token", **overrides: Any) -> Any:
+    settings: dict[str, Any] = {"init_timeout": 20, "rpc_timeout": 10, "use_unix_socket": True}
+    settings.update(overrides)
     options = rpc.GrpcRpcBackendOptions(
-        init_method=f"tcp://127.0.0.1:{free_port()}",
-        token=token,
-        init_timeout=20,
-        rpc_timeout=10,
-        use_unix_socket=True,
-        **overrides,
+        init_method=f"tcp://127.0.0.1:{free_port()}", token=token, **settings
     )
     rpc.init_rpc("lane", 0, 1, options)
     return current()
@@ -174,9 +171,35 @@ def test_a_fast_lane_that_cannot_bind_is_left_out(monkeypatch: pytest.MonkeyPatc
         rpc.shutdown(graceful=False)
 
 
+def _sync(*args: Any, **kwargs: Any) -> Any:
+    return rpc.rpc_sync(*args, **kwargs)
+
+
+def _async(*args: Any, **kwargs: Any) -> Any:
+    return rpc.rpc_async(*args, **kwargs).wait()
+
+
+#: Every route a call can take (gradwire._runtime.calls.routes): (verb, options, fast lane,
+#: whether its calls reach the callee as one frame, where the plain path can take them).
+ROUTES = {
+    "call-stream-fast-lane": (_sync, {"single_frame_bytes": 4096}, True, True),
+    "call-stream-asyncio": (
+        _sync,
+        {"single_frame_bytes": 4096, "use_unix_socket": False},
+        False,
+        True,
+    ),
+    "unary-fast-lane": (_async, {"single_frame_bytes": 4096}, True, True),
+    "unary-asyncio": (_async, {"single_frame_bytes": 4096, "use_unix_socket": False}, False, True),
+    "framed-stream": (_sync, {"single_frame_bytes": 0}, False, False),
+}
+
+
+@pytest.mark.parametrize("route", sorted(ROUTES))
 def test_plain_calls_keep_every_outcome_of_the_general_path(
-    monkeypatch: pytest.MonkeyPatch,
+    route: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    call, options, lane, one_frame = ROUTES[route]
     served: list[bool] = []
     real = Callee.serve_plain
 
@@ -186,25 +209,28 @@ def test_plain_calls_keep_every_outcome_of_the_general_path(
         return reply
 
     monkeypatch.setattr(Callee, "serve_plain", serve_plain)
-    _solo(single_frame_bytes=4096)
+    _solo(**options)
     try:
-        assert rpc.rpc_sync("lane", lane_bodies.echo, (5,)) == 5
-        assert rpc.rpc_sync("lane", lane_bodies.keywords, (1,), {"b": 3}) == (1, 3)
-        assert rpc.rpc_sync("lane", "abc".upper) == "ABC"  # a bound method: self travels too
-        assert served == [True, True, True]
+        assert call("lane", lane_bodies.echo, (5,)) == 5
+        assert call("lane", lane_bodies.keywords, (1,), {"b": 3}) == (1, 3)
+        assert call("lane", "abc".upper) == "ABC"  # a bound method: self travels too
         # A plain call whose reply is too big for one frame: parked and fetched.
-        assert rpc.rpc_sync("lane", lane_bodies.text, (10_000,)) == "x" * 10_000
+        assert call("lane", lane_bodies.text, (10_000,)) == "x" * 10_000
         # A plain call returning a tensor: the general encoding, tensor bytes out of the pickle.
-        out = rpc.rpc_sync("lane", lane_bodies.arange, (5,))
+        out = call("lane", lane_bodies.arange, (5,))
         assert out.dtype == np.float32 and out.tolist() == [0, 1, 2, 3, 4]
         with pytest.raises(ValueError, match="no good"):
-            rpc.rpc_sync("lane", lane_bodies.fail, ("no good",))
-        assert served == [True] * 6  # all answered by the plain path
+            call("lane", lane_bodies.fail, ("no good",))
         # Not plain: a refused function, a non-plain argument. The general path answers.
         with pytest.raises(errors.PolicyError, match="refused by the callable policy"):
-            rpc.rpc_sync("lane", os.getcwd)
-        assert rpc.rpc_sync("lane", lane_bodies.echo, (np.ones(2),)).tolist() == [1, 1]
-        assert served[6:] == [False, False]
-        assert current().callee.served_fast_lane == len(served) and current().callee.failed == 2
+            call("lane", os.getcwd)
+        assert call("lane", lane_bodies.echo, (np.ones(2),)).tolist() == [1, 1]
+        callee = current().callee
+        assert callee.failed == 2
+        if one_frame:  # the six plain calls answered by the plain path, the last two not
+            assert served == [True] * 6 + [False, False]
+        else:  # a framed stream is never plain
+            assert served == []
+        assert callee.served_fast_lane == (len(served) if lane else 0)
     finally:
         rpc.shutdown(graceful=False)

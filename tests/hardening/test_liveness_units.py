@@ -8,8 +8,8 @@ import asyncio
 import grpc
 import pytest
 from gradwire._proto import worker_pb2 as pb
-from gradwire._runtime import transport
-from gradwire._runtime.rendezvous import BarrierHost
+from gradwire._runtime.cluster.rendezvous import BarrierHost
+from gradwire._runtime.transport import transport
 from gradwire.distributed import rpc
 from gradwire.errors import WorkerUnavailableError
 from gradwire.server.servicer import Undecodable, lenient

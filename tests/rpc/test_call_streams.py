@@ -11,9 +11,9 @@ import pytest
 from gradwire import errors
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime import agent as agent_mod
-from gradwire._runtime import call_streams
-from gradwire._runtime.call_streams import StreamFailed, Watchdog
-from gradwire._runtime.transport import STREAMS_PER_PEER
+from gradwire._runtime.calls import streams as call_streams
+from gradwire._runtime.calls.streams import StreamFailed, Watchdog
+from gradwire._runtime.transport.transport import STREAMS_PER_PEER
 from gradwire._wire import calls
 from gradwire._wire.framing import Frame, decode_frame, encode_frame, one_frame
 from gradwire._wire.pickler import EncodeContext
@@ -90,21 +90,33 @@ def test_a_timed_out_call_fails_as_a_timeout_and_the_next_call_gets_a_new_stream
     assert rpc.rpc_sync("solo", slow, (0.01,), timeout=0) == "done"  # 0: no deadline
 
 
-def test_without_the_core_call_api_rpc_sync_goes_unary(
+def test_without_the_core_call_api_rpc_sync_rides_public_api_streams(
     solo: rpc.WorkerInfo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent = agent_mod.current()
     address = agent.peers[0].call_dial
-    agent.transport.drop(address)  # the next call builds its stubs again, without streams
-    monkeypatch.setattr(call_streams, "cygrpc", None)
+    agent.transport.drop(address)  # the next call builds its streams again, on the public API
+    monkeypatch.setattr(call_streams, "CORE_CALL_API", False)
     served = agent.callee.served
     assert [rpc.rpc_sync("solo", calls_add, (i, i)) for i in range(5)] == [0, 2, 4, 6, 8]
     assert agent.callee.served >= served + 5
-    assert _open(agent.transport._get(address).streams) == 0  # noqa: SLF001
+    streams = _streams()
+    assert streams._core is None and _open(streams) == 1  # noqa: SLF001
+    with pytest.raises(KeyError, match="missing key"):
+        rpc.rpc_sync("solo", fail)
+    with pytest.raises(errors.RpcTimeoutError, match=r"timed out after 0\.\d+ s"):
+        rpc.rpc_sync("solo", slow, (3.0,), timeout=0.3)
+    assert rpc.rpc_sync("solo", calls_add, ("a", "b")) == "ab"
     monkeypatch.undo()
     agent.transport.drop(address)
     assert rpc.rpc_sync("solo", calls_add, (1, 1)) == 2
     assert _open(_streams()) == 1
+    assert (_streams()._core is not None) == call_streams.CORE_CALL_API  # noqa: SLF001
+
+
+def test_the_core_call_api_is_found_on_this_grpcio() -> None:
+    # The capability check at import; a grpcio release without the API takes the test above.
+    assert call_streams.CORE_CALL_API == (call_streams._core_call_api() is not None)  # noqa: SLF001
 
 
 def _call_frame(fn: Any, *args: Any) -> Frame:
@@ -197,7 +209,7 @@ def test_watchdog_cancels_expired_streams_only() -> None:
 
 
 def test_stream_failures_carry_the_status_map_rpc_error_expects() -> None:
-    from gradwire._runtime.transport import map_rpc_error
+    from gradwire._runtime.transport.transport import map_rpc_error
 
     failure = StreamFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline of 0.2 s exceeded")
     error = map_rpc_error(failure, "peer", "rpc to f", time.monotonic() - 0.2, 0.2)
@@ -236,15 +248,33 @@ def _frame(data: bytes) -> Frame:
     return Frame(header, [data])
 
 
-def _raw_streams(port: int, dog: Watchdog) -> call_streams.Streams:
+def _raw_streams(port: int, dog: Watchdog, core: bool) -> call_streams.Streams:
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    return call_streams.Streams(channel, "/gradwire.v1.Worker/CallStream", lambda: (), 2, dog)
+    return call_streams.Streams(
+        channel, "/gradwire.v1.Worker/CallStream", lambda: (), 2, dog, core=core
+    )
 
 
-def test_a_stream_whose_server_died_fails_at_once_and_is_not_reused() -> None:
+#: Both ways of driving a stream: grpcio's core call API (when this grpcio has it) and the
+#: public streaming API it falls back to.
+API = pytest.mark.parametrize(
+    "core",
+    [
+        pytest.param(
+            True,
+            id="core",
+            marks=pytest.mark.skipif(not call_streams.CORE_CALL_API, reason="no core call API"),
+        ),
+        pytest.param(False, id="public"),
+    ],
+)
+
+
+@API
+def test_a_stream_whose_server_died_fails_at_once_and_is_not_reused(core: bool) -> None:
     dog = Watchdog()
     echo = _EchoServer()
-    streams = _raw_streams(echo.port, dog)
+    streams = _raw_streams(echo.port, dog, core)
     try:
         for i in range(3):
             reply = streams.exchange(_frame(b"x%d" % i), 5.0)
@@ -278,10 +308,11 @@ def test_a_stream_whose_server_died_fails_at_once_and_is_not_reused() -> None:
         dog.close()
 
 
-def test_a_call_past_its_deadline_is_cancelled_by_the_watchdog() -> None:
+@API
+def test_a_call_past_its_deadline_is_cancelled_by_the_watchdog(core: bool) -> None:
     dog = Watchdog()
     echo = _EchoServer()
-    streams = _raw_streams(echo.port, dog)
+    streams = _raw_streams(echo.port, dog, core)
     try:
         assert streams.exchange(_frame(b"warm"), 5.0) is not None
         started = time.monotonic()

@@ -8,7 +8,7 @@ import time
 import weakref
 
 import pytest
-from gradwire._runtime.pool import ServingPool
+from gradwire._runtime.calls.pool import ServingPool
 from gradwire.futures import Future
 
 

@@ -13,9 +13,9 @@ import pytest
 from gradwire import errors
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime import agent as agent_mod
-from gradwire._runtime import hooks
-from gradwire._runtime.retry import retry_with_backoff
-from gradwire._runtime.workers import Peer
+from gradwire._runtime.calls import hooks
+from gradwire._runtime.cluster.workers import Peer
+from gradwire._runtime.transport.retry import retry_with_backoff
 from gradwire._tensor import Tensor
 from gradwire._wire import tensors
 from gradwire.distributed import rpc

@@ -28,7 +28,7 @@ def stats() -> dict[str, int]:
 
 
 def pool_stats() -> dict[str, dict[str, int]]:
-    from gradwire._runtime.shm_route import pool_stats as ps
+    from gradwire._runtime.transport.shm_route import pool_stats as ps
 
     return ps()
 

@@ -5,10 +5,11 @@ Each entry is (class, attribute, replacement) for ``monkeypatch.setattr``.
 
 from __future__ import annotations
 
-from gradwire._runtime import rref_owner, rref_user
-from gradwire._runtime.rref_messages import ChildAck, RRefDelete
-from gradwire._runtime.rref_owner import OwnerRecord, OwnerState
-from gradwire._runtime.rref_user import UserState
+from gradwire._runtime.rref import owner as rref_owner
+from gradwire._runtime.rref import user as rref_user
+from gradwire._runtime.rref.messages import ChildAck, RRefDelete
+from gradwire._runtime.rref.owner import OwnerRecord, OwnerState
+from gradwire._runtime.rref.user import UserState
 
 __all__ = ["MUTANTS"]
 

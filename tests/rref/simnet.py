@@ -27,15 +27,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from gradwire._runtime.rref_errors import UnknownRRefError
-from gradwire._runtime.rref_ids import ForkId, RRefId
-from gradwire._runtime.rref_messages import (
+from gradwire._runtime.rref.errors import UnknownRRefError
+from gradwire._runtime.rref.ids import ForkId, RRefId
+from gradwire._runtime.rref.messages import (
     ControlMessage,
     ForkAccepted,
     RemoteAck,
     RRefForkData,
 )
-from gradwire._runtime.rref_protocol import RRefHandle, RRefProtocol
+from gradwire._runtime.rref.protocol import RRefHandle, RRefProtocol
 
 __all__ = [
     "Mode",

@@ -6,13 +6,13 @@ import random
 import threading
 
 import pytest
-from gradwire._runtime.rref_errors import RRefProtocolError, UnknownRRefError
-from gradwire._runtime.rref_ids import GloballyUniqueId as G
-from gradwire._runtime.rref_ids import IdGenerator
-from gradwire._runtime.rref_messages import ForkRequest, MessageKind, RRefDelete
-from gradwire._runtime.rref_protocol import RRefProtocol
-from gradwire._runtime.rref_tombstones import Tombstones
-from gradwire._runtime.rref_value import ValueSlot
+from gradwire._runtime.rref.errors import RRefProtocolError, UnknownRRefError
+from gradwire._runtime.rref.ids import GloballyUniqueId as G
+from gradwire._runtime.rref.ids import IdGenerator
+from gradwire._runtime.rref.messages import ForkRequest, MessageKind, RRefDelete
+from gradwire._runtime.rref.protocol import RRefProtocol
+from gradwire._runtime.rref.value import ValueSlot
+from gradwire._runtime.util.tombstones import Tombstones
 
 B, A, C = 0, 1, 2
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-from gradwire._runtime.rref_errors import RRefProtocolError, UnknownRRefError
-from gradwire._runtime.rref_ids import GloballyUniqueId as G
-from gradwire._runtime.rref_messages import ChildAck, ForkAccepted, RRefDelete
-from gradwire._runtime.rref_protocol import RRefProtocol
+from gradwire._runtime.rref.errors import RRefProtocolError, UnknownRRefError
+from gradwire._runtime.rref.ids import GloballyUniqueId as G
+from gradwire._runtime.rref.messages import ChildAck, ForkAccepted, RRefDelete
+from gradwire._runtime.rref.protocol import RRefProtocol
 
 B, A, C = 0, 1, 2
 

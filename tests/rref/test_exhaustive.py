@@ -5,7 +5,7 @@ flight, no argument is used before confirmation, and every schedule ends with no
 from __future__ import annotations
 
 import pytest
-from gradwire._runtime.rref_messages import (
+from gradwire._runtime.rref.messages import (
     ChildAck,
     ForkAccepted,
     ForkRequest,

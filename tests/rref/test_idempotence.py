@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from gradwire._runtime.rref_ids import GloballyUniqueId as G
-from gradwire._runtime.rref_messages import (
+from gradwire._runtime.rref.ids import GloballyUniqueId as G
+from gradwire._runtime.rref.messages import (
     ChildAck,
     ForkAccepted,
     ForkRequest,
     RemoteAck,
     RRefDelete,
 )
-from gradwire._runtime.rref_protocol import RRefProtocol
+from gradwire._runtime.rref.protocol import RRefProtocol
 
 B, A, C = 0, 1, 2
 

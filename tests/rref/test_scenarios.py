@@ -6,8 +6,8 @@ worker counts from 1, and remote() mints the RRefId before the ForkId.
 
 from __future__ import annotations
 
-from gradwire._runtime.rref_ids import GloballyUniqueId as G
-from gradwire._runtime.rref_messages import (
+from gradwire._runtime.rref.ids import GloballyUniqueId as G
+from gradwire._runtime.rref.messages import (
     ChildAck,
     ForkAccepted,
     ForkRequest,
@@ -15,7 +15,7 @@ from gradwire._runtime.rref_messages import (
     RRefDelete,
     RRefForkData,
 )
-from gradwire._runtime.rref_protocol import RRefProtocol
+from gradwire._runtime.rref.protocol import RRefProtocol
 
 B, A, C = 0, 1, 2
 

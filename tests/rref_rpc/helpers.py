@@ -197,7 +197,7 @@ def start_watch() -> None:
 
     threading.Thread(target=read, daemon=True).start()
     deadline = time.monotonic() + 10
-    while not agent._watchers and time.monotonic() < deadline:  # noqa: SLF001
+    while not agent.control_events.listening and time.monotonic() < deadline:
         time.sleep(0.01)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from gradwire.errors import PolicyError
 
-LAZY = "gradwire._runtime.rref_shutdown"  # imported by get_debug_info() at its first call
+LAZY = "gradwire._repr"  # imported by Tensor.__repr__ at its first call
 
 _UNDER_GUARD = f"""
 import importlib, sys

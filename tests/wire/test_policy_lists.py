@@ -129,8 +129,10 @@ def test_private_names_are_allowed_only_where_listed_one_by_one() -> None:
         "copyreg:_reconstructor",
         # gradwire's dtype objects: values that pickle by name, nothing to call
         *(f"gradwire._dtypes:{n}" for n in DTYPE_NAMES),
-        "gradwire._runtime.rref_errors:RRefProtocolError",
-        "gradwire._runtime.rref_errors:UnknownRRefError",
+        "gradwire._runtime.rref.errors:RRefProtocolError",
+        "gradwire._runtime.rref.errors:UnknownRRefError",
+        # the leader's side of PyTorch's rpc.api._all_gather / _barrier (issue 25)
+        "gradwire.distributed.rpc._gather:_gather_put",
         "gradwire.nn:Module.__call__",
         "numpy._core.multiarray:_reconstruct",
         "numpy._core.multiarray:scalar",

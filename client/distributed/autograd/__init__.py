@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..._runtime import agent as _agent
-from ..._runtime.dist_autograd import ContextError
+from ..._runtime.dist_autograd.engine import ContextError
 from ..._tensor import Tensor
+from ...errors import ArgumentError
 
 __all__ = ["context", "backward", "get_gradients", "is_available", "ContextError"]
 
@@ -69,7 +70,39 @@ def backward(context_id: int, roots: list[Tensor], retain_graph: bool = False) -
     if isinstance(roots, Tensor):
         roots = [roots]
     svc = _service("dist_autograd.backward()")
-    svc.engine.backward(context_id, list(roots), retain_graph)
+    svc.engine.backward(context_id, _checked_roots(context_id, roots), retain_graph)
+
+
+def _checked_roots(context_id: Any, roots: Any) -> list[Tensor]:
+    """The roots as a list, or PyTorch's error for each kind of wrong argument."""
+    if isinstance(context_id, bool) or not isinstance(context_id, int):
+        raise TypeError(
+            "backward(): incompatible function arguments: context_id must be an int, "
+            f"got {type(context_id).__name__}"
+        )
+    if not isinstance(roots, (list, tuple)):
+        raise TypeError(
+            "backward(): incompatible function arguments: roots must be a list of tensors, "
+            f"got {type(roots).__name__}"
+        )
+    for i, root in enumerate(roots):
+        if not isinstance(root, Tensor):
+            raise TypeError(f"backward(): root {i} is a {type(root).__name__}, not a Tensor")
+        if not root.requires_grad:
+            raise ArgumentError(f"requires_grad not set on root {i}")
+        if root.numel() != 1:
+            raise ArgumentError(
+                f"root {i} of shape {root.shape} is not a scalar, all roots need to be scalar"
+            )
+        if root.grad_fn is None:
+            raise ArgumentError(
+                f"root {i} does not have a valid gradient function (it is a leaf tensor)"
+            )
+    if not roots:
+        raise ArgumentError(
+            "No tensors provided for gradient computation: backward() needs at least one root"
+        )
+    return list(roots)
 
 
 def get_gradients(context_id: int) -> dict[Tensor, Tensor]:
@@ -134,6 +167,28 @@ def _current_context() -> _ContextView:
     if ctx_id is None:
         raise ContextError("this thread is not inside a distributed autograd context")
     return _ContextView(svc.container.get(ctx_id))
+
+
+def _new_context() -> _ContextView:
+    """Enter a new context on this thread without a ``with`` block (PyTorch's private helper);
+    :func:`_release_context` ends it.
+
+    Raises:
+        ContextError: this thread is already inside a context.
+    """
+    return _ContextView(_service("dist_autograd._new_context()").container.new_context())
+
+
+def _release_context(context_id: int) -> None:
+    """Release context ``context_id`` here and on every worker it reached (as leaving
+    ``context()`` does; the other workers are told asynchronously).
+
+    Raises:
+        ContextError: the context is unknown here (or already released).
+    """
+    svc = _service("dist_autograd._release_context()")
+    svc.container.get(context_id)  # unknown or released: PyTorch's error
+    svc.release_everywhere(context_id)
 
 
 def _get_max_id() -> int:

@@ -10,10 +10,16 @@ Example:
 
 from __future__ import annotations
 
-from ..._runtime.options import BackendType, GrpcRpcBackendOptions, TensorPipeRpcBackendOptions
-from ..._runtime.workers import WorkerInfo
-from . import functions
+from ..._runtime.cluster.options import (
+    BackendType,
+    GrpcRpcBackendOptions,
+    TensorPipeRpcBackendOptions,
+)
+from ..._runtime.cluster.workers import WorkerInfo
+from . import constants, functions
 from .api import (
+    _get_current_rpc_agent,
+    _get_debug_info,
     _rref_context_get_debug_info,
     _set_rpc_timeout,
     get_debug_info,
@@ -52,6 +58,9 @@ __all__ = [
     "TensorPipeRpcBackendOptions",
     "BackendType",
     "functions",
+    "constants",
     "_set_rpc_timeout",
     "_rref_context_get_debug_info",
+    "_get_current_rpc_agent",
+    "_get_debug_info",
 ]

@@ -8,10 +8,18 @@ import threading
 from typing import Any
 
 from ..._runtime import agent as _agent
-from ..._runtime.options import UNSET_RPC_TIMEOUT, GrpcRpcBackendOptions
-from ..._runtime.workers import WorkerInfo, validate_name
+from ..._runtime.cluster.options import UNSET_RPC_TIMEOUT, BackendType, GrpcRpcBackendOptions
+from ..._runtime.cluster.workers import WorkerInfo, validate_name
 from ...errors import ArgumentError, RpcInitError
 from ...futures import Future
+from ._gather import _all_gather, _barrier, _wait_all_workers  # noqa: F401  (rpc.api.*)
+from ._torch_private import (  # noqa: F401  (PyTorch's private names, rpc.api.*)
+    _get_current_rpc_agent,
+    _get_debug_info,
+    _thread_local_var,
+    _track,
+    _wait_all,
+)
 from .rref import RRef
 
 __all__ = [
@@ -65,6 +73,7 @@ def init_rpc(
     Raises:
         RpcInitError: invalid name, rank or world size, already initialized, or the rendezvous
             failed (duplicate name or rank, world size mismatch, timeout).
+        TypeError: ``backend`` is not a BackendType, or the options are not backend options.
 
     Example:
         >>> rpc.init_rpc("trainer0", rank=0, world_size=2)
@@ -76,6 +85,15 @@ def init_rpc(
         raise RpcInitError(f"world_size must be at least 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise RpcInitError(f"rank {rank} is out of range for world_size {world_size}")
+    if backend is not None and not isinstance(backend, BackendType):
+        raise TypeError(f"Argument backend must be a member of BackendType, got {backend!r}")
+    if rpc_backend_options is not None and not isinstance(
+        rpc_backend_options, GrpcRpcBackendOptions
+    ):
+        raise TypeError(
+            "Argument rpc_backend_options must be an instance of RpcBackendOptions "
+            f"(GrpcRpcBackendOptions), got {type(rpc_backend_options).__name__}"
+        )
     options = rpc_backend_options or GrpcRpcBackendOptions()
     from gradwire.server.app import create_server  # L5 wires L4 to L3
 
@@ -159,7 +177,9 @@ def rpc_sync(
 ) -> Any:
     """Run ``func(*args, **kwargs)`` on worker ``to`` and return its result.
 
-    Same path as ``rpc_async(...).wait()``; the caller's thread waits on the call itself.
+    Encoded, decoded and delivered as ``rpc_async`` is; only the route differs: the caller's
+    thread sends the call on an open call stream and waits for its reply there
+    (``gradwire._runtime.calls.routes.choose_route``), with no gRPC future in between.
 
     Args:
         to: worker name, WorkerInfo or rank.
@@ -201,7 +221,7 @@ def rpc_async(
         >>> fut.wait()
         5
     """
-    return _invoke(to, func, args, kwargs, timeout, False, "rpc_async()")
+    return _track(_invoke(to, func, args, kwargs, timeout, False, "rpc_async()"))
 
 
 def remote(

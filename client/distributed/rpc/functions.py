@@ -6,7 +6,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..._runtime.callee import ASYNC_EXECUTION_ATTR
+from ..._runtime.calls.callee import ASYNC_EXECUTION_ATTR
 
 __all__ = ["async_execution"]
 

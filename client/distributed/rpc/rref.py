@@ -6,7 +6,7 @@ fork of it, counted by the owner). RRefs travel as arguments and return values o
 them into the payload's RRef side table, forking them for the receiver, and the receiver
 becomes a new UserRRef (or gets the OwnerRRef back, on the owner). The owner deletes the value
 once no fork is alive and nothing local refers to it; a UserRRef object tells the owner when
-it is garbage collected. See ``gradwire._runtime.rref_protocol`` for the protocol.
+it is garbage collected. See ``gradwire._runtime.rref.protocol`` for the protocol.
 
 Example:
     >>> rref = rpc.remote("worker1", operator.add, (2, 3))
@@ -20,16 +20,17 @@ Example:
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._runtime import agent as _agent
-from ..._runtime.callee import ASYNC_EXECUTION_ATTR
-from ..._runtime.rref_errors import RRefProtocolError
-from ..._runtime.rref_outcome import Failure, outcome
-from ..._runtime.rref_protocol import RRefHandle
-from ..._runtime.rref_wire import fork_data_from_pb, fork_data_to_pb
-from ..._runtime.workers import WorkerInfo
+from ..._runtime.calls.callee import ASYNC_EXECUTION_ATTR
+from ..._runtime.cluster.workers import WorkerInfo
+from ..._runtime.rref.errors import RRefProtocolError
+from ..._runtime.rref.outcome import Failure, outcome
+from ..._runtime.rref.protocol import RRefHandle
+from ..._runtime.rref.wire import fork_data_from_pb, fork_data_to_pb
 from ..._wire import pickler
 from ..._wire.policy import CallablePolicy
 from ...errors import RpcTimeoutError, RRefError, SerializationError
@@ -37,8 +38,8 @@ from ...futures import Future
 from .functions import async_execution
 
 if TYPE_CHECKING:
-    from ..._runtime.rref_outcome import Creation
-    from ..._runtime.rref_service import RRefService
+    from ..._runtime.rref.outcome import Creation
+    from ..._runtime.rref.service import RRefService
 
 __all__ = ["RRef"]
 
@@ -66,7 +67,7 @@ class RRef(Generic[T]):
         (True, [1, 2, 3])
     """
 
-    __slots__ = ("_svc", "_handle", "_creation", "_finalizer", "__weakref__")
+    __slots__ = ("_svc", "_handle", "_creation", "_finalizer", "_type", "__weakref__")
 
     def __init__(self, value: T, type_hint: Any = None) -> None:
         svc = _agent.current("RRef()").rref
@@ -98,7 +99,7 @@ class RRef(Generic[T]):
         if svc.closed:
             raise RRefError(
                 f"{verb} on RRef {self._handle.rref_id}: the RPC agent of worker "
-                f"{svc.agent.name!r} that created it has shut down; RRefs do not outlive "
+                f"{svc.ctx.name!r} that created it has shut down; RRefs do not outlive "
                 "rpc.shutdown()"
             )
         return svc
@@ -113,11 +114,39 @@ class RRef(Generic[T]):
         Raises:
             RRefError: used after shutdown.
         """
-        return self._live("owner()").agent.peers[self._handle.owner_id].info
+        return self._live("owner()").ctx.peers[self._handle.owner_id].info
 
     def owner_name(self) -> str:
         """The name of the owner."""
         return self.owner().name
+
+    def _get_type(self, timeout: float = -1.0, blocking: bool = True) -> Any:
+        """The type of the value (PyTorch's private ``RRef._get_type``), remembered once known.
+
+        On a user the value is fetched with ``to_here`` (its type is all that is kept); with
+        ``blocking=False`` the fetch runs on a thread and a Future of the type is returned. The
+        creation error of a ``remote()`` is raised (or set on the Future) as its own type.
+        """
+        known = getattr(self, "_type", None)
+        if known is None and not blocking:
+            fut: Future[Any] = Future()
+
+            def fetch() -> None:
+                try:
+                    fut.set_result(self._get_type(timeout))
+                except BaseException as exc:  # noqa: BLE001 - delivered through the Future
+                    fut.set_exception(exc)
+
+            threading.Thread(target=fetch, name="rref-get-type", daemon=True).start()
+            return fut
+        if known is None:
+            value = self.local_value() if self.is_owner() else self.to_here(timeout)
+            known = self._type = type(value)
+        if blocking:
+            return known
+        done: Future[Any] = Future()
+        done.set_result(known)
+        return done
 
     def confirmed_by_owner(self) -> bool:
         """Whether the owner knows this reference (always True on the owner).
@@ -147,11 +176,11 @@ class RRef(Generic[T]):
         svc = self._live("local_value()")
         if not self._handle.is_owner:
             raise RRefError(
-                f"local_value() called on worker {svc.agent.name!r} for a UserRRef "
+                f"local_value() called on worker {svc.ctx.name!r} for a UserRRef "
                 f"({self._handle.rref_id}) owned by worker {self.owner_name()!r}; only the owner "
                 "holds the value: use to_here() to fetch a copy"
             )
-        return self._owner_value(svc.agent.timeout_of(-1.0), "local_value()")
+        return self._owner_value(svc.ctx.timeout_of(-1.0), "local_value()")
 
     def _owner_value(self, timeout: float | None, verb: str) -> T:
         assert self._handle.value is not None
@@ -162,7 +191,7 @@ class RRef(Generic[T]):
                 raise
             raise RpcTimeoutError(
                 f"{verb} of RRef {self._handle.rref_id}: the value was not ready after {timeout} s",
-                self._svc.agent.name,
+                self._svc.ctx.name,
                 timeout or 0.0,
             ) from None
         return outcome(value)
@@ -187,7 +216,7 @@ class RRef(Generic[T]):
             42
         """
         svc = self._live("to_here()")
-        seconds = svc.agent.timeout_of(timeout)
+        seconds = svc.ctx.timeout_of(timeout)
         if self._handle.is_owner:
             return self._owner_value(seconds, "to_here()")
         creation = self._creation
@@ -232,7 +261,8 @@ class RRef(Generic[T]):
 
         Raises:
             RRefError: a user RRef without a context id (nothing is sent; a RuntimeError).
-            TypeError: the value is not a tensor. RuntimeError: as ``Tensor.backward`` or
+            RRefError: the value is not a tensor ("RRef should contain a tensor for
+                .backward()", PyTorch's words). RuntimeError: as ``Tensor.backward`` or
             ``dist_autograd.backward``.
 
         Example:
@@ -296,7 +326,7 @@ def _encode(rref: RRef[Any], ctx: pickler.EncodeContext) -> Any:
         svc = rref._live("sending an RRef")
     except RRefError as exc:
         raise pickler.PropagateError(exc) from None
-    peer = svc.agent.by_name.get(ctx.peer)
+    peer = svc.ctx.peers.by_name.get(ctx.peer)
     if peer is None:
         raise SerializationError(f"an RRef can only be sent to a worker (not to {ctx.peer!r})")
     try:
@@ -403,7 +433,7 @@ def _backward_here(value: Any, ctx_id: int, retain_graph: bool) -> None:
     from ..._tensor import Tensor
 
     if not isinstance(value, Tensor):
-        raise TypeError(f"RRef.backward() needs a tensor value, got {type(value).__name__}")
+        raise RRefError(f"RRef should contain a tensor for .backward(), got {type(value).__name__}")
     if ctx_id == -1:
         value.backward(retain_graph=retain_graph)
         return

@@ -1,0 +1,100 @@
+"""The routes a call can take to its callee, and the one place that chooses among them.
+
+A call is sent one of three ways, each a :class:`Route`:
+
+- ``UNARY``: one frame in a unary ``Call``, completed by a gRPC future on gRPC's thread (no
+  thread of either side waits for the reply): ``rpc_async``.
+- ``CALL_STREAM``: one frame on one of the address's open ``CallStream`` streams, sent and
+  answered on the calling thread (``streams``); a unary ``Call`` from that thread when every
+  stream is busy: ``rpc_sync``.
+- ``FRAMED_STREAM``: the message in chunks over a ``PythonCall`` stream, answered in chunks: any
+  call too large for one frame (``single_frame_bytes``).
+
+and reaches one of the callee's two servers: its fast lane (``gradwire.server.fast_lane``, a
+synchronous server on a second Unix socket, only for peers on the same host: ``Peer.call_dial``)
+or its asyncio server (``Peer.dial``). ``choose_route`` decides both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cluster.workers import Peer
+
+__all__ = ["Route", "Choice", "UNARY", "CALL_STREAM", "FRAMED_STREAM", "choose_route"]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One way a call travels (see the module docstring)."""
+
+    #: For logs and tests: "unary", "call stream", "framed stream".
+    name: str
+    #: The request is a stream of chunks, not one frame.
+    framed: bool
+    #: A thread waits for the reply (the caller's, or a serving-pool thread for rpc_async);
+    #: otherwise a gRPC future completes the call.
+    waits: bool
+    #: Whether it may go to the callee's fast lane (the fast lane serves one-frame calls).
+    fast_lane_ok: bool
+
+    def __repr__(self) -> str:
+        return f"<route {self.name}>"
+
+
+UNARY = Route("unary", framed=False, waits=False, fast_lane_ok=True)
+CALL_STREAM = Route("call stream", framed=False, waits=True, fast_lane_ok=True)
+FRAMED_STREAM = Route("framed stream", framed=True, waits=True, fast_lane_ok=False)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A chosen route and the address it goes to."""
+
+    route: Route
+    address: str
+    #: The address is the callee's fast lane.
+    fast_lane: bool
+
+
+def choose_route(peer: Peer, *, one_frame: bool, blocking: bool, reply_later: bool) -> Choice:
+    """The route of a call to ``peer``, and the server it reaches.
+
+    ========= ======== =========== ================= ==========================================
+    one frame blocking reply later route             server
+    ========= ======== =========== ================= ==========================================
+    no        any      any         ``FRAMED_STREAM`` asyncio server (``peer.dial``)
+    yes       yes      no          ``CALL_STREAM``   fast lane if same host (``peer.call_dial``)
+    yes       yes      yes         ``CALL_STREAM``   asyncio server
+    yes       no       no          ``UNARY``         fast lane if same host
+    yes       no       yes         ``UNARY``         asyncio server
+    ========= ======== =========== ================= ==========================================
+
+    "Reply later": the function is ``@async_execution`` or its arguments carry RRefs (which run
+    once their owners confirmed them). The fast lane serves a call on a serving-pool thread and
+    would park such a reply to be fetched in a second round trip; the asyncio server sends it
+    when it is there, holding no thread on either side. A peer on another host has no fast
+    lane (``call_dial == dial``).
+
+    Args:
+        peer: the destination.
+        one_frame: the whole message fits in one frame (``single_frame_bytes``).
+        blocking: the caller waits on its thread (``rpc_sync``).
+        reply_later: the reply may come after the function returns (see above).
+
+    Returns:
+        The route and the address to send to.
+
+    Example:
+        >>> choose_route(peer, one_frame=True, blocking=True, reply_later=False).route.name
+        'call stream'
+    """
+    if not one_frame:
+        route = FRAMED_STREAM
+    elif blocking:
+        route = CALL_STREAM
+    else:
+        route = UNARY
+    if route.fast_lane_ok and not reply_later:
+        return Choice(route, peer.call_dial, peer.call_dial != peer.dial)
+    return Choice(route, peer.dial, False)

@@ -1,0 +1,107 @@
+"""What services learn from each other without holding each other: the agent's state changes,
+a peer declared lost (or answering again), and the control events of WatchControl.
+
+The failure detector publishes "peer lost"; the agent subscribes the services that act on it
+(fail the calls pending to it, drop its channels, reclaim its dist-autograd contexts, stop
+waiting for it at the barriers, tell the RRef service). Subscribers run on the publishing
+thread, in the order they subscribed, and must not block.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from collections.abc import Callable
+
+from ..._proto import worker_pb2 as pb
+from ..transport.loop import io_loop
+from .workers import Peer
+
+__all__ = ["AgentState", "ClusterEvents", "ControlEvents"]
+
+log = logging.getLogger(__name__)
+
+
+class AgentState(enum.Enum):
+    """Lifecycle of an agent."""
+
+    #: Created; the server may run but the rendezvous has not started.
+    UNINITIALIZED = "UNINITIALIZED"
+    #: Serving and waiting for every rank at the rendezvous.
+    JOINING = "JOINING"
+    #: Joined: calls flow in both directions.
+    RUNNING = "RUNNING"
+    #: shutdown() started: still serving peers, draining, at the barrier.
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    #: Stopped; a new init_rpc may create another agent in this process.
+    SHUTDOWN = "SHUTDOWN"
+
+
+class ClusterEvents:
+    """The agent's state changes and the peers declared lost, for the services that react."""
+
+    def __init__(self) -> None:
+        self.state = AgentState.UNINITIALIZED
+        #: worker id -> (time.time() when declared lost, reason), while it does not answer.
+        self.lost: dict[int, tuple[float, str]] = {}
+        self._on_state: list[Callable[[AgentState], None]] = []
+        self._on_peer_lost: list[Callable[[Peer, str], None]] = []
+
+    def on_state(self, listener: Callable[[AgentState], None]) -> None:
+        """Call ``listener(state)`` on every later state change."""
+        self._on_state.append(listener)
+
+    def on_peer_lost(self, listener: Callable[[Peer, str], None]) -> None:
+        """Call ``listener(peer, why)`` when a peer is declared lost."""
+        self._on_peer_lost.append(listener)
+
+    def state_changed(self, state: AgentState) -> None:
+        self.state = state
+        for listener in list(self._on_state):
+            try:
+                listener(state)
+            except Exception:
+                log.exception("agent state listener failed")
+
+    def peer_lost(self, peer: Peer, why: str) -> None:
+        """``peer`` stopped answering for ``peer_lost_seconds``: tell every subscriber."""
+        self.lost[peer.id] = (time.time(), why)
+        for listener in list(self._on_peer_lost):
+            try:
+                listener(peer, why)
+            except Exception:
+                log.exception("peer-lost listener failed")
+
+    def peer_back(self, peer: Peer) -> None:
+        """A peer declared lost answers again."""
+        self.lost.pop(peer.id, None)
+
+    def is_lost(self, worker_id: int) -> bool:
+        return worker_id in self.lost
+
+
+class ControlEvents:
+    """The WatchControl subscribers: each one an asyncio queue on the I/O loop."""
+
+    def __init__(self) -> None:
+        self._watchers: list[asyncio.Queue[pb.ControlEvent]] = []
+
+    @property
+    def listening(self) -> bool:
+        """Whether anyone watches (so that an event need not be built at all)."""
+        return bool(self._watchers)
+
+    def emit(self, event: pb.ControlEvent) -> None:
+        """Publish ``event`` to every subscriber (thread-safe)."""
+        loop = io_loop()
+        for q in list(self._watchers):
+            loop.call_soon_threadsafe(q.put_nowait, event)
+
+    def add_watcher(self, queue: asyncio.Queue[pb.ControlEvent]) -> None:
+        self._watchers.append(queue)
+
+    def remove_watcher(self, queue: asyncio.Queue[pb.ControlEvent]) -> None:
+        if queue in self._watchers:
+            self._watchers.remove(queue)

@@ -1,0 +1,190 @@
+"""Failure detection: notice a dead peer and act on it at once instead of at the timeouts.
+
+Triggers, both event driven:
+
+- the failure of an in-flight call: every caller-side gRPC failure goes through
+  ``transport.map_rpc_error``; an UNAVAILABLE or DEADLINE_EXCEEDED there makes the peer a
+  *suspect*;
+- a channel state subscription (``grpc.Channel.subscribe``) on the channel to every peer,
+  opened at the rendezvous: a connection that drops (READY -> IDLE / TRANSIENT_FAILURE: the
+  peer's process closed it, e.g. it was killed) makes the peer a suspect even when this
+  worker has no call in flight to it (it may hold contexts the peer created).
+
+A suspect is probed with the standard health check over its channel, with backoff, until it
+answers or ``peer_lost_seconds`` pass:
+
+- SERVING or NOT_SERVING (shutting down gracefully): alive, nothing happens;
+- unreachable for ``peer_lost_seconds``: the peer is *lost*: the detector publishes it
+  (``ClusterEvents.peer_lost``) and a ``PeerLost`` control event. The agent subscribed, in
+  this order: every pending call to it fails with WorkerUnavailableError naming the peer and
+  why (``Caller.fail_peer``); its channels are closed, which cancels the gRPC calls still
+  blocked on them (a new channel is made on the next call, so a healed partition recovers);
+  the dist-autograd contexts it created are reclaimed (``on_peer_lost`` of the dist-autograd
+  service); on rank 0 the shutdown barriers stop waiting for it (``BarrierHost.mark_gone``);
+  the RRef service is told (``on_peer_lost``).
+
+The detector runs while the agent is RUNNING or SHUTTING_DOWN, so a peer killed during a
+graceful shutdown does not hold the survivors at the barrier until its timeout.
+
+A refused connection (the peer's process is gone, its port closed) is "unreachable" like a
+black hole; only the grace period tells a partition that heals from a death. A peer that
+answers again after being declared lost is simply reachable again (logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import grpc
+
+from ..._proto import worker_pb2 as pb
+from ..transport import transport
+from ..transport.transport import Transport
+from .context import WorkerContext
+from .events import AgentState, ClusterEvents, ControlEvents
+from .workers import Peer
+
+__all__ = ["Liveness"]
+
+log = logging.getLogger(__name__)
+_SUSPICIOUS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+#: Running, or shutting down (a peer dying then must not hold the shutdown barriers).
+_WATCHED_STATES = (AgentState.RUNNING, AgentState.SHUTTING_DOWN)
+_DROPPED = (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.TRANSIENT_FAILURE)
+
+
+class Liveness:
+    """The failure detector of one worker (started after the rendezvous, stopped with it).
+
+    Args:
+        ctx: the worker's identity, options and peers.
+        transport: the channels it watches and probes.
+        events: where it reads the agent's state and publishes the peers it declares lost.
+        control: the WatchControl events (``PeerLost``).
+    """
+
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        transport: Transport,
+        events: ClusterEvents,
+        control: ControlEvents,
+    ) -> None:
+        self._ctx = ctx
+        self._transport = transport
+        self._events = events
+        self._control = control
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._probing: dict[int, threading.Thread] = {}
+        #: worker id -> (time.time() when declared lost, reason)
+        self.lost = events.lost
+        self._subscriptions: list[tuple[grpc.Channel, Callable[..., None]]] = []
+
+    def start(self) -> None:
+        """Listen for failed calls and watch the channel to every peer."""
+        transport.add_failure_observer(self.report)
+        for peer in self._ctx.peers:
+            if peer.id == self._ctx.rank:
+                continue
+            try:
+                channel = self._transport.channel(peer.dial)
+            except Exception:  # noqa: BLE001 - shutting down already
+                return
+            watch = self._watcher(peer)
+            channel.subscribe(watch, try_to_connect=True)
+            self._subscriptions.append((channel, watch))
+
+    def _watcher(self, peer: Peer) -> Callable[[grpc.ChannelConnectivity], None]:
+        last = [grpc.ChannelConnectivity.IDLE]
+
+        def on_state(state: grpc.ChannelConnectivity) -> None:
+            before, last[0] = last[0], state
+            if before == grpc.ChannelConnectivity.READY and state in _DROPPED:
+                self.report(peer.name, grpc.StatusCode.UNAVAILABLE)
+
+        return on_state
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop listening; wait (bounded) for running probes to notice."""
+        transport.remove_failure_observer(self.report)
+        self._stopped.set()
+        for channel, watch in self._subscriptions:
+            try:
+                channel.unsubscribe(watch)
+            except Exception:  # noqa: BLE001 - the channel may be closed already
+                pass
+        self._subscriptions.clear()
+        for worker_id in list(self.lost):
+            transport.set_lost(self._ctx.peer_name(worker_id), None)
+        with self._lock:
+            threads = list(self._probing.values())
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def report(self, peer_name: str, code: grpc.StatusCode) -> None:
+        """A call to ``peer_name`` failed with ``code`` (any thread; returns at once)."""
+        if code not in _SUSPICIOUS or self._stopped.is_set():
+            return
+        ctx = self._ctx
+        peer = ctx.peers.by_name.get(peer_name)
+        if peer is None or peer.id == ctx.rank or self._events.state not in _WATCHED_STATES:
+            return
+        with self._lock:
+            if peer.id in self._probing or self._stopped.is_set():
+                return
+            t = threading.Thread(
+                target=self._probe, args=(peer,), name=f"gradwire-liveness-{peer.name}", daemon=True
+            )
+            self._probing[peer.id] = t
+            t.start()  # under the lock: stop() never joins a thread not started yet
+        log.debug("%s: %s suspect after %s", ctx.name, peer.name, code.name)
+
+    def _probe(self, peer: Peer) -> None:
+        ctx = self._ctx
+        grace = ctx.options.peer_lost_seconds
+        started = time.monotonic()
+        delay, why = 0.05, ""
+        try:
+            while not self._stopped.is_set():
+                left = started + grace - time.monotonic()
+                try:
+                    self._transport.health(peer.dial, max(0.05, min(1.0, left)))
+                    if peer.id in self.lost:
+                        log.warning("%s: worker %r answers again", ctx.name, peer.name)
+                        self._events.peer_back(peer)
+                        transport.set_lost(peer.name, None)
+                    return
+                except grpc.RpcError as exc:
+                    if exc.code() not in _SUSPICIOUS:
+                        return  # it answered something: the process is there
+                    why = f"{exc.code().name}: {exc.details()}"
+                left = started + grace - time.monotonic()
+                if left <= 0:
+                    self._declare_lost(peer, f"unreachable for {grace:g} s ({why})")
+                    return
+                self._stopped.wait(min(delay, left))
+                delay = min(1.0, delay * 2)
+        except Exception:  # a detector bug must not take the worker down
+            log.exception("%s: probing %s failed", ctx.name, peer.name)
+        finally:
+            with self._lock:
+                self._probing.pop(peer.id, None)
+
+    def _declare_lost(self, peer: Peer, why: str) -> None:
+        if self._events.state not in _WATCHED_STATES:
+            return
+        transport.set_lost(peer.name, why)  # later failures to reach it say it is lost
+        log.warning("%s: worker %r is lost: %s", self._ctx.name, peer.name, why)
+        self._events.peer_lost(peer, why)
+        self._control.emit(
+            pb.ControlEvent(kind="PeerLost", direction="received", peer=peer.name, time=time.time())
+        )
+
+    def debug_info(self) -> dict[str, object]:
+        """``peers_lost``: names of the peers declared lost (and still not answering)."""
+        return {"peers_lost": [self._ctx.peer_name(i) for i in sorted(self.lost)]}

@@ -1,0 +1,114 @@
+"""Worker identities: the public WorkerInfo, the internal Peer record and name rules."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import RpcInitError, UnknownWorkerError
+
+__all__ = ["WorkerInfo", "Peer", "validate_name", "host_id", "resolve_destination"]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9_:\-]{1,127}$")
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker of the cluster: its unique ``name`` and its ``id`` (= rank). Hashable, picklable."""
+
+    name: str
+    id: int
+
+    def __repr__(self) -> str:
+        return f"WorkerInfo(id={self.id}, name={self.name})"
+
+
+# Pickles by its public path, so it travels under the default callable policy.
+WorkerInfo.__module__ = "gradwire.distributed.rpc"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """What this worker knows about a member: identity, address and host."""
+
+    name: str
+    id: int
+    address: str
+    host_id: str = ""
+    #: Unix socket of the peer's server, when it has one.
+    local_address: str = ""
+    #: The address this worker dials: the Unix socket for a peer on the same host, else address.
+    dial: str = ""
+    #: The peer's fast lane (unary Call and Gradients) when it is on this host, else ``dial``.
+    call_dial: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.call_dial:  # no fast lane: Call and Gradients go where everything goes
+            object.__setattr__(self, "call_dial", self.dial)
+
+    @property
+    def info(self) -> WorkerInfo:
+        return WorkerInfo(self.name, self.id)
+
+
+def validate_name(name: Any) -> str:
+    """Check a worker name: non-empty, [A-Za-z0-9_:-], under 128 characters.
+
+    Raises:
+        RpcInitError: the name breaks the rules (the message says which).
+    """
+    if not isinstance(name, str):
+        raise RpcInitError(f"worker name must be a string, got {type(name).__name__}")
+    if not _NAME_RE.match(name):
+        raise RpcInitError(
+            f"invalid worker name {name!r}: use 1 to 127 characters from A-Z a-z 0-9 _ : -"
+        )
+    return name
+
+
+def host_id() -> str:
+    """Boot id plus hostname: equal on two workers iff they share a host (and its /dev/shm).
+
+    ``$GRADWIRE_HOST_ID``, when set, replaces it: containers on one machine that do not share
+    /dev/shm can set different values, and tests use it to make local workers look remote.
+    """
+    override = os.environ.get("GRADWIRE_HOST_ID")
+    if override:
+        return override
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{boot}/{socket.gethostname()}"
+
+
+def resolve_destination(to: Any, peers: list[Peer], by_name: dict[str, Peer]) -> Peer:
+    """Map ``to`` (name, WorkerInfo or rank) to a Peer.
+
+    Raises:
+        UnknownWorkerError: unknown name, rank out of range, or a rank that is not an integer.
+    """
+    if isinstance(to, WorkerInfo):
+        peer = by_name.get(to.name)
+        if peer is None or peer.id != to.id:
+            raise UnknownWorkerError(f"{to!r} is not a member of this cluster")
+        return peer
+    if isinstance(to, str):
+        peer = by_name.get(to)
+        if peer is None:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise UnknownWorkerError(f"unknown worker {to!r}; known workers: {known}")
+        return peer
+    if isinstance(to, bool) or not isinstance(to, int):
+        if isinstance(to, float) and to.is_integer():
+            raise UnknownWorkerError(f"rank must be an int, got the float {to!r}")
+        raise UnknownWorkerError(
+            f"destination must be a worker name, a WorkerInfo or an int rank, got {to!r}"
+        )
+    if not 0 <= to < len(peers):
+        raise UnknownWorkerError(f"rank {to} is out of range for world size {len(peers)}")
+    return peers[to]

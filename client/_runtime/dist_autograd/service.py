@@ -1,0 +1,356 @@
+"""Distributed autograd on a running agent: call hooks, PropagateGradients, ReleaseContext.
+
+``engine`` is the protocol (contexts, send/recv functions, the FAST-mode engine);
+this module connects it to the worker's calls and transport:
+
+- as a call hook, it stamps every call made inside a context with the context id, records a
+  send function for the tensors that require grad (with a fresh autograd message id), and on
+  the other side records the recv function and makes the context current while the function
+  runs, so nested calls join it. Replies get their own pair; a call that carried tensors
+  requiring grad always gets a reply pair, even an empty one (see ``dist_autograd``).
+- as the engine's transport, it sends gradients with PropagateGradients (never retried: it
+  accumulates) and releases contexts with ReleaseContext (idempotent, retried).
+- it serves both methods, and forwards a release to the workers the context talked to.
+
+Reclaiming contexts whose originator died: when the failure detector declares a peer lost
+(the agent calls ``on_peer_lost``) every context that peer created is released here. Contexts of
+live originators are released by their ``with context()`` exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import grpc
+
+from ..._proto import worker_pb2 as pb
+from ..._tensor import Tensor
+from ..._wire import calls
+from ..._wire.exceptions import decode_exception, encode_exception
+from ..._wire.framing import Message, one_frame, split
+from ..._wire.pickler import EncodeContext
+from ...errors import RpcShutdownError, SerializationError
+from ...futures import Future, blocking_region
+from ..calls import hooks
+from ..calls.pool import ServingPool
+from ..cluster.context import WorkerContext
+from ..cluster.events import ControlEvents
+from ..transport.transport import Transport, map_rpc_error
+from .engine import DistAutogradContainer, DistAutogradEngine, record_recv, record_send
+
+#: How long released context ids are remembered when calls have no deadline (rpc_timeout 0).
+_NO_DEADLINE_MEMORY = 600.0
+
+__all__ = ["DistAutogradService", "to_gid", "from_gid"]
+
+log = logging.getLogger(__name__)
+_SHIFT = 48
+_MASK = (1 << _SHIFT) - 1
+
+
+def to_gid(message_id: int) -> pb.GloballyUniqueId:
+    """An autograd message id ((worker << 48) + counter) as the wire's GloballyUniqueId."""
+    return pb.GloballyUniqueId(created_on=message_id >> _SHIFT, local_id=message_id & _MASK)
+
+
+def from_gid(gid: pb.GloballyUniqueId) -> int:
+    return (gid.created_on << _SHIFT) + gid.local_id
+
+
+def _grad_tensors(tensors: Sequence[Any]) -> list[Tensor]:
+    return [t for t in tensors if isinstance(t, Tensor) and t.requires_grad]
+
+
+class DistAutogradService(hooks.CallHook):
+    """Distributed autograd of one worker (created with its agent, dropped at its shutdown).
+
+    Args:
+        me: the worker's identity, options and peers.
+        transport: sends the gradients.
+        pool: where gradients are sent from and releases run.
+        control: the WatchControl events (ReleaseContext sent and received).
+        send_control: sends a control message with retries (``Caller.send_control``).
+    """
+
+    #: Its receive, scope and reply hooks return at once for a call with no autograd context.
+    context_only = True
+
+    def __init__(
+        self,
+        me: WorkerContext,
+        transport: Transport,
+        pool: ServingPool,
+        control: ControlEvents,
+        send_control: Callable[..., Any],
+    ) -> None:
+        self.me = me
+        self.transport = transport
+        self.pool = pool
+        self._control = control
+        self._send_control = send_control
+        opts = me.options
+        # Released context ids are remembered at least as long as a call can be in flight.
+        in_flight = 2 * opts.rpc_timeout if opts.rpc_timeout > 0 else _NO_DEADLINE_MEMORY
+        self.container = DistAutogradContainer(
+            me.rank, released_ttl=max(opts.rref_tombstone_ttl, in_flight)
+        )
+        self.engine = DistAutogradEngine(self.container, self, me.name)
+        #: Worker method -> handler, registered by the agent (``Agent.register_control_handler``).
+        self.handlers: dict[str, Callable[..., Any]] = {
+            "PropagateGradients": self._on_gradients,
+            "ReleaseContext": self._on_release,
+        }
+        hooks.register(self)
+
+    def close(self) -> None:
+        """Stop hooking calls (the agent is shutting down)."""
+        hooks.unregister(self)
+
+    # -- call hooks ------------------------------------------------------------------------------
+    def on_send_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+        ctx_id = self.container.current_id()
+        if ctx_id is None:
+            return
+        header.autograd.context_id = ctx_id
+        ctx = self.container.get(ctx_id)
+        with ctx.lock:
+            # The callee joins the context whatever the call carries (it makes it current while
+            # the function runs), so it is released there too when the context ends.
+            ctx.known_workers.add(peer)
+        sent = _grad_tensors(tensors)
+        if sent:
+            mid = self.container.next_message_id()
+            header.autograd.message_id.CopyFrom(to_gid(mid))
+            record_send(ctx, sent, peer, mid)
+
+    def on_recv_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+        if not header.HasField("autograd") or not header.autograd.context_id:
+            return
+        ctx = self.container.get_or_create(header.autograd.context_id)
+        with ctx.lock:
+            ctx.known_workers.add(peer)
+        if header.autograd.HasField("message_id"):
+            got = _grad_tensors(tensors)
+            record_recv(ctx, got, peer, from_gid(header.autograd.message_id))
+
+    def scope(self, call: pb.CallHeader, peer: int) -> contextlib.AbstractContextManager[Any]:
+        if not call.HasField("autograd") or not call.autograd.context_id:
+            return contextlib.nullcontext()
+        return self._current(call.autograd.context_id)
+
+    @contextlib.contextmanager
+    def _current(self, ctx_id: int) -> Iterator[None]:
+        prev = self.container.set_current(ctx_id)
+        try:
+            yield
+        finally:
+            self.container.set_current(prev)
+
+    def on_send_reply(
+        self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+    ) -> None:
+        if not call.HasField("autograd") or not call.autograd.context_id:
+            return
+        sent = _grad_tensors(tensors)
+        if not sent and not call.autograd.HasField("message_id"):
+            return
+        ctx = self.container.get_or_create(call.autograd.context_id)
+        mid = self.container.next_message_id()
+        header.autograd.context_id = ctx.context_id
+        header.autograd.message_id.CopyFrom(to_gid(mid))
+        record_send(ctx, sent, peer, mid)
+
+    def on_recv_reply(
+        self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
+    ) -> None:
+        if not header.HasField("autograd") or not header.autograd.HasField("message_id"):
+            return
+        ctx = self.container.get_or_create(header.autograd.context_id)
+        fn = record_recv(ctx, _grad_tensors(tensors), peer, from_gid(header.autograd.message_id))
+        fn.forward_was_reply = True  # its gradients go back by our own map (docs/gpu.md)
+
+    # -- the engine's transport ---------------------------------------------------------------------
+    def send_gradients(
+        self,
+        dst: int,
+        context_id: int,
+        message_id: int,
+        pass_id: int,
+        retain_graph: bool,
+        grads: list[Any],
+    ) -> Future[Any]:
+        me = self.me
+        peer = me.peers[dst]
+        out: Future[Any] = Future()
+        head = pb.GradientsHeader(
+            context_id=context_id,
+            message_id=to_gid(message_id),
+            sender_id=me.rank,
+            retain_graph=retain_graph,
+            pass_id=pass_id,
+        )
+        try:
+            ectx = EncodeContext(
+                peer=peer.name, device_map=self._gradient_map(peer.name, context_id, message_id)
+            )
+            first, buffers = calls.encode_body(pb.FrameHeader(gradients=head), list(grads), ectx)
+            size = calls.total_bytes(buffers)
+            if size <= me.options.single_frame_bytes:
+                frames = [one_frame(first, buffers)]
+            else:
+                frames = list(split(first, buffers, me.options.chunk_bytes))
+        except BaseException as exc:  # noqa: BLE001 - delivered to the future
+            out.set_exception(exc)
+            return out
+        started = time.monotonic()
+        timeout = me.options.rpc_timeout or None
+        what = "PropagateGradients"
+
+        def run() -> None:
+            # A blocking call on a serving thread (its slot is lent back while it waits): a
+            # gRPC future on an idle channel would start a channel-polling thread per send.
+            try:
+                with blocking_region():
+                    if len(frames) == 1:  # the latency path: one frame, a unary call
+                        ack = self.transport.gradients(peer.call_dial, frames[0], timeout)
+                    else:
+                        ack = self.transport.framed_control(
+                            peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout
+                        )
+            except grpc.RpcError as exc:
+                out.set_exception(map_rpc_error(exc, peer.name, what, started, timeout))
+                return
+            except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                out.set_exception(exc)
+                return
+            if ack.HasField("error"):
+                out.set_exception(decode_exception(ack.error, me.policy, me.name))
+            else:
+                out.set_result(None)
+
+        try:
+            self.pool.submit(run)
+        except RuntimeError as exc:  # the serving pool is closed: the agent is shutting down
+            out.set_exception(RpcShutdownError(f"cannot send gradients to {peer.name!r}: {exc}"))
+        return out
+
+    def _gradient_map(self, peer: str, context_id: int, message_id: int) -> Any:
+        """Gradients go back by the inverse of the map their forward message travelled by."""
+        try:
+            recv = self.container.get(context_id).recv_functions.get(message_id)
+        except Exception:  # noqa: BLE001 - a released context: no tensors will be sent anyway
+            recv = None
+        was_reply = bool(getattr(recv, "forward_was_reply", False))
+        return self.me.device_maps.gradients(peer, was_reply)
+
+    def release_context(self, dst: int, context_id: int) -> Future[Any]:
+        me = self.me
+        out: Future[Any] = Future()
+        request = pb.ReleaseContextRequest(context_id=context_id, sender_id=me.rank)
+
+        def run() -> None:
+            try:
+                self._send_control(
+                    me.peers[dst],
+                    "ReleaseContext",
+                    request,
+                    pb.Ack,
+                    me.options.rpc_timeout or 60.0,
+                )
+                out.set_result(None)
+            except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                out.set_exception(exc)
+
+        self._control.emit(
+            pb.ControlEvent(
+                kind="ReleaseContext",
+                direction="sent",
+                peer=me.peers[dst].name,
+                time=time.time(),
+                context_id=context_id,
+            )
+        )
+        self.pool.submit(run)
+        return out
+
+    # -- served methods ------------------------------------------------------------------------
+    def _on_gradients(self, message: Message, caller_id: int) -> Future[pb.GradientsAck]:
+        me = self.me
+        head = message.header.gradients
+        grads, _ = calls.decode_body(
+            message,
+            {"policy": me.policy, "peer": me.peer_name(caller_id), "worker": me.name},
+        )
+        if not isinstance(grads, list):  # a malformed message (found by the fuzzer): refused
+            raise SerializationError(
+                f"PropagateGradients from worker {me.peer_name(caller_id)!r} carries a "
+                f"{type(grads).__name__}, not a list of gradients"
+            )
+        fut = self.engine.on_gradients(
+            head.context_id, from_gid(head.message_id), head.pass_id, head.retain_graph, grads
+        )
+
+        def ack(f: Future[Any]) -> pb.GradientsAck:
+            exc = f.exception()
+            if exc is None:
+                return pb.GradientsAck()
+            return pb.GradientsAck(error=encode_exception(exc, me.name))
+
+        return fut.then(ack)
+
+    def _on_release(self, request: pb.ReleaseContextRequest, caller_id: int) -> pb.Ack:
+        self._control.emit(
+            pb.ControlEvent(
+                kind="ReleaseContext",
+                direction="received",
+                peer=self.me.peer_name(caller_id),
+                time=time.time(),
+                context_id=request.context_id,
+            )
+        )
+        self.release_everywhere(request.context_id, exclude=caller_id)
+        return pb.Ack()
+
+    # -- releasing ---------------------------------------------------------------------------
+    def release_everywhere(self, context_id: int, exclude: int | None = None) -> list[Future[Any]]:
+        """Drop the context here and tell every worker it talked to (they forward it on)."""
+        ctx = self.container.release(context_id)
+        if ctx is None:
+            return []
+        with ctx.lock:
+            # Only cluster members: an anonymous caller (-1, a raw gRPC client) has no address.
+            peers = sorted(
+                w
+                for w in ctx.known_workers - {self.me.rank, exclude}
+                if 0 <= w < len(self.me.peers)
+            )
+        futures = []
+        for dst in peers:
+            fut = self.release_context(dst, context_id)
+            fut.add_done_callback(_log_failure(context_id, dst))
+            futures.append(fut)
+        return futures
+
+    def on_peer_lost(self, worker_id: int) -> None:
+        """Reclaim the contexts a dead worker created."""
+        for ctx_id in self.container.contexts_of(worker_id):
+            log.info(
+                "releasing dist autograd context %d: its originator %d is gone", ctx_id, worker_id
+            )
+            self.release_everywhere(ctx_id, exclude=worker_id)
+
+    def debug_info(self) -> dict[str, Any]:
+        return {"num_autograd_contexts": len(self.container)}
+
+
+def _log_failure(context_id: int, dst: int) -> Any:
+    def cb(f: Future[Any]) -> None:
+        exc = f.exception()
+        if exc is not None:
+            log.warning("ReleaseContext %d to worker %d failed: %s", context_id, dst, exc)
+
+    return cb

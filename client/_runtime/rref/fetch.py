@@ -1,0 +1,164 @@
+"""to_here() on the wire: FetchRRef, both sides.
+
+The user sends FetchRequest to the owner (with the dist-autograd metadata ``hooks.send_call``
+stamped on a CallHeader made for the fetch); the owner answers once the OwnerRRef's value slot
+is filled, with the value as a framed payload (tensors as raw frames, RRefs inside it forked to
+the user) and the ReplyHeader autograd of ``hooks.send_reply`` in ``FetchHeader.autograd``, or
+with the creation error; the user decodes it and calls ``hooks.recv_reply``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+
+from ..._proto import worker_pb2 as pb
+from ..._wire import calls
+from ..._wire.exceptions import decode_exception, encode_exception
+from ..._wire.framing import Assembler
+from ..._wire.pickler import EncodeContext
+from ...errors import MessageTooLargeError, SerializationError
+from ...futures import Future, blocking_region
+from ..calls import hooks
+from ..calls.callee import Reply
+from ..transport.transport import map_rpc_error
+from .errors import UnknownRRefError
+from .outcome import Failure
+from .protocol import RRefHandle
+from .service import RRefService
+from .value import ValueSlot
+from .wire import from_gid, to_gid
+
+__all__ = ["RRefFetch"]
+
+
+class RRefFetch:
+    """FetchRRef for one agent's RRef service (serves the owner side)."""
+
+    def __init__(self, svc: RRefService) -> None:
+        self.svc = svc
+        svc.handlers["FetchRRef"] = self._serve_fetch
+
+    # -- to_here(): user -------------------------------------------------------------------
+
+    def fetch(self, handle: RRefHandle, timeout: float | None) -> Any:
+        """The value of the OwnerRRef behind user ``handle``, from its owner.
+
+        Raises:
+            The creation error; RpcTimeoutError; WorkerUnavailableError; SerializationError.
+        """
+        svc, me = self.svc, self.svc.ctx
+        peer = me.peers[handle.owner_id]
+        header = pb.CallHeader(
+            message_id=svc.next_message_id(), caller_id=me.rank, function="to_here"
+        )
+        hooks.send_call(header, [], peer.id)
+        request = pb.FetchRequest(rref_id=to_gid(handle.rref_id), caller_id=me.rank)
+        if handle.fork_id is not None:
+            request.fork_id.CopyFrom(to_gid(handle.fork_id))
+        if header.HasField("autograd"):
+            request.autograd.CopyFrom(header.autograd)
+        svc.emit("FetchRRef", "sent", handle.rref_id, handle.fork_id, peer.id)
+        started = time.monotonic()
+        asm = Assembler(me.options.max_message_bytes, peer.name)
+        try:
+            with blocking_region():
+                # One frame (the latency path); a large value comes as a continuation.
+                frame = svc.transport.fetch(peer.dial, request, timeout)
+                cont = frame.header.fetch.continuation
+                if not cont:
+                    asm.feed(frame)
+                else:
+                    left = (
+                        None
+                        if timeout is None
+                        else max(0.001, timeout - (time.monotonic() - started))
+                    )
+                    parked = pb.FetchReplyRequest(continuation=cont, caller_id=me.rank)
+                    for frame in svc.transport.fetch_reply(peer.dial, parked, left):
+                        if asm.feed(frame):
+                            break
+        except grpc.RpcError as exc:
+            raise map_rpc_error(exc, peer.name, "to_here()", started, timeout) from exc
+        msg = asm.message
+        if msg is None or not asm.complete:
+            raise SerializationError(f"to_here() reply from {peer.name!r} ended early")
+        fetched = msg.header.fetch
+        if fetched.HasField("error"):
+            raise decode_exception(fetched.error, me.policy, me.name)
+        body, dctx = calls.decode_body(
+            msg, {"policy": me.policy, "peer": peer.name, "worker": me.name}
+        )
+        reply = pb.ReplyHeader(message_id=header.message_id)
+        if fetched.HasField("autograd"):
+            reply.autograd.CopyFrom(fetched.autograd)
+        hooks.recv_reply(header, reply, dctx.objects.get("T", []), peer.id)
+        return body
+
+    # -- to_here(): owner ------------------------------------------------------------------
+
+    def _serve_fetch(self, request: pb.FetchRequest, caller_id: int) -> Future[Reply]:
+        svc = self.svc
+        rref_id = from_gid(request.rref_id)
+        svc.emit("FetchRRef", "received", rref_id, None, caller_id)
+        out: Future[Reply] = Future()
+        try:
+            slot = svc.protocol.owner_value(rref_id)
+        except UnknownRRefError as exc:
+            out.set_result(self._fetch_error(request, exc))
+            return out
+        call = pb.CallHeader(caller_id=caller_id, function="to_here")
+        if request.HasField("autograd"):
+            call.autograd.CopyFrom(request.autograd)
+
+        if slot.done():  # already on a serving thread: encode here
+            out.set_result(self._encode_fetch(request, call, slot, caller_id))
+            return out
+
+        def encode() -> None:
+            out.set_result(self._encode_fetch(request, call, slot, caller_id))
+
+        def ready(_: ValueSlot) -> None:
+            try:
+                svc.pool.submit(encode)
+            except RuntimeError:  # pool closed
+                encode()
+
+        slot.add_done_callback(ready)
+        return out
+
+    def _encode_fetch(
+        self, request: pb.FetchRequest, call: pb.CallHeader, slot: ValueSlot, caller_id: int
+    ) -> Reply:
+        me = self.svc.ctx
+        value = slot.wait(0)
+        if isinstance(value, Failure):
+            return self._fetch_error(request, value.fresh())
+        peer = me.peer_name(caller_id)
+        ctx = EncodeContext(peer=peer, device_map=me.device_maps.reply(peer))  # inverse map
+        try:
+            first, buffers = calls.encode_body(
+                pb.FrameHeader(fetch=pb.FetchHeader(rref_id=request.rref_id)), value, ctx
+            )
+            size = calls.total_bytes(buffers)
+            if size > me.options.max_message_bytes:
+                raise MessageTooLargeError(
+                    f"the value of RRef {from_gid(request.rref_id)} is {size} bytes, over "
+                    f"max_message_bytes={me.options.max_message_bytes} of {me.name!r}"
+                )
+            reply = pb.ReplyHeader()
+            hooks.send_reply(call, reply, ctx.objects.get("T", []), caller_id)
+            if reply.HasField("autograd"):
+                first.fetch.autograd.CopyFrom(reply.autograd)
+            return first, buffers
+        except BaseException as exc:  # noqa: BLE001 - sent as the fetch's error
+            self.svc.abandon_payload(ctx)
+            return self._fetch_error(request, exc)
+
+    def _fetch_error(self, request: pb.FetchRequest, exc: BaseException) -> Reply:
+        head = pb.FetchHeader(
+            rref_id=request.rref_id, error=encode_exception(exc, self.svc.ctx.name)
+        )
+        return pb.FrameHeader(fetch=head, payload=pb.Payload()), []

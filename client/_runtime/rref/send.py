@@ -1,0 +1,109 @@
+"""Sending RRef messages without holding a thread: gRPC futures, retried with backoff.
+
+A remote() returns at once and its RemoteCall may wait for a long function on the owner, and a
+burst of deletes can hold thousands of messages: a blocked thread per message would not scale.
+Each attempt is a gRPC future instead; a transient failure (UNAVAILABLE, DEADLINE_EXCEEDED)
+schedules the next attempt on the I/O loop after a jittered, doubling pause, until the
+deadline, unless the failure detector declared the peer lost. The outcome is handed to the
+serving pool (never run on gRPC's callback thread).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from ..calls.pool import ServingPool
+from ..cluster.workers import Peer
+from ..transport.loop import io_loop
+from ..transport.retry import TRANSIENT
+from ..transport.transport import map_rpc_error
+
+__all__ = ["RetryingSend", "ATTEMPT_SECONDS"]
+
+#: Upper bound of one attempt (a RemoteCall retry re-asks for the ack of a call still running).
+ATTEMPT_SECONDS = 10.0
+_FIRST_PAUSE, _MAX_PAUSE = 0.05, 2.0
+
+#: ``start(timeout, done)``: begin one attempt; ``done(grpc_future)`` when it ends.
+Start = Callable[[float, Callable[[Any], None]], None]
+#: ``on_done(response, None)`` or ``on_done(None, error)``.
+Done = Callable[[Any, BaseException | None], None]
+
+
+class RetryingSend:
+    """One idempotent message: ``start()`` it; ``on_done`` runs on the serving pool once.
+
+    Args:
+        pool: the serving pool, where ``on_done`` runs.
+        is_lost: whether the failure detector declared a worker (by id) lost: no more retries.
+        peer: the destination.
+        what: the method name, for errors.
+        start: begins one attempt with a timeout (a gRPC future call).
+        deadline: ``time.monotonic()`` after which the last error is final.
+        on_done: the outcome.
+        on_attempt: called before each attempt (WatchControl), or None.
+    """
+
+    def __init__(
+        self,
+        pool: ServingPool,
+        is_lost: Callable[[int], bool],
+        peer: Peer,
+        what: str,
+        start: Start,
+        deadline: float,
+        on_done: Done,
+        on_attempt: Callable[[], None] | None = None,
+    ) -> None:
+        self._pool = pool
+        self._is_lost = is_lost
+        self._peer = peer
+        self._what = what
+        self._start = start
+        self._deadline = deadline
+        self._on_done = on_done
+        self._on_attempt = on_attempt
+        self._started = time.monotonic()
+        self._pause = _FIRST_PAUSE
+
+    def start(self) -> None:
+        """Send the first attempt (non-blocking)."""
+        self._attempt()
+
+    def _attempt(self) -> None:
+        left = self._deadline - time.monotonic()
+        if self._on_attempt is not None:
+            self._on_attempt()
+        try:
+            self._start(max(0.001, min(ATTEMPT_SECONDS, left)), self._settled)
+        except BaseException as exc:  # noqa: BLE001 - e.g. the transport is closed
+            self._finish(None, exc)
+
+    def _settled(self, gfut: Any) -> None:
+        # On gRPC's callback thread: decide, never run the outcome here.
+        exc = gfut.exception()
+        if exc is None:
+            self._finish(gfut.result(), None)
+            return
+        if isinstance(exc, grpc.RpcError):
+            exc = map_rpc_error(exc, self._peer.name, self._what, self._started, None)
+        left = self._deadline - time.monotonic()
+        lost = self._is_lost(self._peer.id)
+        if isinstance(exc, TRANSIENT) and left > 0 and not lost:
+            pause = min(random.uniform(0, self._pause), left)
+            self._pause = min(_MAX_PAUSE, self._pause * 2)
+            loop = io_loop()
+            loop.call_soon_threadsafe(loop.call_later, pause, self._attempt)
+            return
+        self._finish(None, exc)
+
+    def _finish(self, response: Any, error: BaseException | None) -> None:
+        try:
+            self._pool.submit(self._on_done, response, error)
+        except RuntimeError:  # pool closed: the agent is stopping
+            self._on_done(response, error)

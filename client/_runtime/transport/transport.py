@@ -1,0 +1,426 @@
+"""The caller side of gRPC: channels per peer, the calls, and the one grpc.RpcError mapping.
+
+Channels are synchronous gRPC channels. A blocking single-frame call (rpc_sync) rides one of
+the address's long-lived call streams from the caller's thread (``calls.streams``), or a unary
+call when they are all busy. Keepalive pings only while calls are active (an open call stream
+is one), so a dead peer is noticed. Every call has a deadline unless the user asked for none
+(timeout 0); on a stream the transport's watchdog keeps it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+# gRPC core logs connection chatter (GOAWAY on every peer shutdown) at INFO to stderr; gradwire
+# reports what matters through its own errors and `logging`. Users can still set it themselves.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+import grpc  # noqa: E402
+
+from ..._proto import worker_pb2 as pb
+from ..._wire.framing import Frame, decode_frame, encode_frame
+from ...errors import (
+    AuthenticationError,
+    GradwireError,
+    MessageTooLargeError,
+    RpcError,
+    RpcInitError,
+    RpcShutdownError,
+    RpcTimeoutError,
+    TooManyRequestsError,
+    WorkerUnavailableError,
+)
+from ..calls.streams import Streams, Watchdog
+from ..cluster.options import GrpcRpcBackendOptions, read_pem
+
+__all__ = [
+    "Transport",
+    "map_rpc_error",
+    "SERVICE",
+    "channel_options",
+    "IN_FLIGHT_MARK",
+    "FAST_LANE_CONTROL",
+    "add_failure_observer",
+    "remove_failure_observer",
+    "set_lost",
+]
+
+log = logging.getLogger(__name__)
+SERVICE = "gradwire.v1.Worker"
+#: Text the servicer puts in RESOURCE_EXHAUSTED details for the in-flight limit.
+IN_FLIGHT_MARK = "calls in flight"
+_HEADER_SLACK = 1 << 20
+#: The unary control methods the fast lane (gradwire.server.fast_lane) serves besides Call and
+#: Gradients: their handlers answer at once, so a same-host sender may use ``Peer.call_dial``.
+FAST_LANE_CONTROL = ("ReleaseContext", "ForkRequest", "ChildAck", "RRefDelete")
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+#: Call streams kept open per address for rpc_sync (calls beyond that many at once go unary).
+STREAMS_PER_PEER = 8
+
+
+def channel_options(options: GrpcRpcBackendOptions) -> list[tuple[str, Any]]:
+    """gRPC options shared by every channel of a worker."""
+    limit = max(options.chunk_bytes, options.single_frame_bytes) + _HEADER_SLACK
+    opts: list[tuple[str, Any]] = [
+        ("grpc.max_send_message_length", limit),
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.keepalive_time_ms", int(options.keepalive_seconds * 1000)),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.enable_http_proxy", 0),
+        # After a partition heals, a channel waits out its reconnect backoff (gRPC's default
+        # grows to 120 s) and fails calls fast meanwhile; between workers, retry within ~2 s.
+        ("grpc.initial_reconnect_backoff_ms", 200),
+        ("grpc.min_reconnect_backoff_ms", 200),
+        ("grpc.max_reconnect_backoff_ms", 2_000),
+    ]
+    if options.tls_server_name:
+        opts.append(("grpc.ssl_target_name_override", options.tls_server_name))
+    return opts
+
+
+_failure_observers: list[Callable[[str, grpc.StatusCode], None]] = []
+
+
+def add_failure_observer(observer: Callable[[str, grpc.StatusCode], None]) -> None:
+    """Call ``observer(peer, code)`` for every failed outgoing call (the failure detector)."""
+    _failure_observers.append(observer)
+
+
+def remove_failure_observer(observer: Callable[[str, grpc.StatusCode], None]) -> None:
+    """Undo :func:`add_failure_observer`."""
+    if observer in _failure_observers:
+        _failure_observers.remove(observer)
+
+
+#: Peers the failure detector declared lost -> why; their unreachability is reported as such.
+_lost: dict[str, str] = {}
+
+
+def set_lost(peer: str, why: str | None) -> None:
+    """Record (``why``) or clear (None) that worker ``peer`` was declared lost."""
+    if why is None:
+        _lost.pop(peer, None)
+    else:
+        _lost[peer] = why
+
+
+def map_rpc_error(
+    exc: grpc.RpcError, peer: str, what: str, started: float, timeout: float | None
+) -> GradwireError:
+    """Translate a gRPC failure into the gradwire error the user sees (the only place).
+
+    Every failure seen here is also reported to the failure observers (``liveness``).
+
+    Args:
+        exc: the gRPC error (a grpc.Call).
+        peer: destination worker name (or address before rendezvous).
+        what: what was being done, e.g. "rpc_sync(mymod:f)".
+        started: ``time.monotonic()`` at the start of the call.
+        timeout: the call's timeout (None: none).
+    """
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    for observer in list(_failure_observers):
+        try:
+            observer(peer, code)
+        except Exception:  # pragma: no cover - an observer must not change the error
+            log.exception("failure observer raised")
+    details = (exc.details() if hasattr(exc, "details") else str(exc)) or ""
+    elapsed = time.monotonic() - started
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return RpcTimeoutError(
+            f"{what} to worker {peer!r} timed out after {elapsed:.3f} s (timeout {timeout} s)",
+            peer,
+            elapsed,
+        )
+    lost = _lost.get(peer)
+    if lost and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return WorkerUnavailableError(f"worker {peer!r} is lost ({lost}); {what} cannot reach it")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return WorkerUnavailableError(f"worker {peer!r} is unavailable during {what}: {details}")
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return AuthenticationError(f"worker {peer!r} rejected {what}: {details}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if IN_FLIGHT_MARK in details:
+            return TooManyRequestsError(f"worker {peer!r} refused {what}: {details}")
+        return MessageTooLargeError(f"worker {peer!r} refused {what}: {details}")
+    if code == grpc.StatusCode.CANCELLED:
+        return WorkerUnavailableError(f"{what} to worker {peer!r} was cancelled: {details}")
+    if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ALREADY_EXISTS):
+        return RpcInitError(f"worker {peer!r} refused {what}: {details}")
+    return RpcError(f"{what} to worker {peer!r} failed with {code.name}: {details}")
+
+
+class _Stubs:
+    def __init__(self, channel: grpc.Channel, transport: Transport) -> None:
+        ser, de = encode_frame, decode_frame
+        self.channel = channel
+        self.call = channel.unary_unary(f"/{SERVICE}/Call", ser, de)
+        self._transport = transport
+        self.streams = self.new_streams()
+        self.python_call = channel.stream_stream(f"/{SERVICE}/PythonCall", ser, de)
+        self.fetch_reply = channel.unary_stream(
+            f"/{SERVICE}/FetchReply", pb.FetchReplyRequest.SerializeToString, de
+        )
+        self.fetch_rref = channel.unary_stream(
+            f"/{SERVICE}/FetchRRef", pb.FetchRequest.SerializeToString, de
+        )
+        self.fetch = channel.unary_unary(f"/{SERVICE}/Fetch", pb.FetchRequest.SerializeToString, de)
+        self.remote = channel.unary_unary(f"/{SERVICE}/Remote", ser, pb.RemoteAck.FromString)
+        self.gradients = channel.unary_unary(
+            f"/{SERVICE}/Gradients", ser, pb.GradientsAck.FromString
+        )
+        self._control: dict[str, Any] = {}
+        self._framed: dict[str, Any] = {}
+
+    def new_streams(self) -> Streams:
+        """A new set of call streams, opened with the transport's current metadata."""
+        transport = self._transport
+        return Streams(
+            self.channel,
+            f"/{SERVICE}/CallStream",
+            lambda: transport.metadata,
+            STREAMS_PER_PEER,
+            transport.watchdog,
+        )
+
+    def control(self, method: str, response_cls: Any) -> Any:
+        stub = self._control.get(method)
+        if stub is None:
+            stub = self.channel.unary_unary(
+                f"/{SERVICE}/{method}", lambda m: m.SerializeToString(), response_cls.FromString
+            )
+            self._control[method] = stub
+        return stub
+
+    def framed_control(self, method: str, response_cls: Any) -> Any:
+        stub = self._framed.get(method)
+        if stub is None:
+            stub = self.channel.stream_unary(
+                f"/{SERVICE}/{method}", encode_frame, response_cls.FromString
+            )
+            self._framed[method] = stub
+        return stub
+
+
+class Transport:
+    """Outbound gRPC for one agent.
+
+    Args:
+        options: the backend options (TLS, limits, keepalive).
+        caller_id: this worker's id, sent in metadata for the callee's in-flight accounting.
+    """
+
+    def __init__(self, options: GrpcRpcBackendOptions, caller_id: int) -> None:
+        self._options = options
+        self._opts = channel_options(options)
+        self._creds = self._credentials(options)
+        self._stubs: dict[str, _Stubs] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self.watchdog = Watchdog()
+        self.metadata: tuple[tuple[str, str], ...] = ()
+        self.set_token(options.token, caller_id)
+
+    def set_token(self, token: str | None, caller_id: int) -> None:
+        """Attach the cluster token to every later call (call streams opened before carry the
+        old metadata: they are closed)."""
+        md = [("x-gradwire-caller", str(caller_id))]
+        if token:
+            md.append(("x-gradwire-token", token))
+        self.metadata = tuple(md)
+        for stubs in list(self._stubs.values()):
+            stubs.streams.close()
+            stubs.streams = stubs.new_streams()
+
+    @staticmethod
+    def _credentials(options: GrpcRpcBackendOptions) -> grpc.ChannelCredentials | None:
+        if not options.tls_enabled:
+            return None
+        cert, key = read_pem(options.tls_cert), read_pem(options.tls_key)
+        return grpc.ssl_channel_credentials(
+            root_certificates=read_pem(options.tls_ca),
+            private_key=key if cert and key else None,
+            certificate_chain=cert if cert and key else None,
+        )
+
+    def _get(self, address: str) -> _Stubs:
+        stubs = self._stubs.get(address)
+        if stubs is not None:
+            return stubs
+        with self._lock:
+            if self._closed:
+                raise RpcShutdownError("the local RPC agent is shut down")
+            stubs = self._stubs.get(address)
+            if stubs is None:
+                if self._creds is not None:
+                    channel = grpc.secure_channel(address, self._creds, options=self._opts)
+                else:
+                    channel = grpc.insecure_channel(address, options=self._opts)
+                stubs = self._stubs[address] = _Stubs(channel, self)
+        return stubs
+
+    def call(self, address: str, frame: Frame, timeout: float | None) -> Frame:
+        """Blocking single-frame call (raises grpc.RpcError): over one of the address's call
+        streams, or a unary call when they are all busy (see ``calls.streams``)."""
+        stubs = self._get(address)
+        reply = stubs.streams.exchange(frame, timeout)
+        if reply is None:
+            reply = stubs.call(frame, timeout=timeout, metadata=self.metadata)
+        return reply
+
+    def call_future(
+        self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
+    ) -> None:
+        """Start a single-frame call; ``done(grpc_future)`` runs on gRPC's thread when it ends."""
+        fut = self._get(address).call.future(frame, timeout=timeout, metadata=self.metadata)
+        fut.add_done_callback(done)
+
+    def stream(
+        self, address: str, frames: Iterable[Frame], timeout: float | None
+    ) -> Iterator[Frame]:
+        """Streaming call: send ``frames``, iterate the reply frames (raises grpc.RpcError)."""
+        return self._get(address).python_call(iter(frames), timeout=timeout, metadata=self.metadata)
+
+    def fetch_reply(
+        self, address: str, request: pb.FetchReplyRequest, timeout: float | None
+    ) -> Iterator[Frame]:
+        """Stream a parked reply (raises grpc.RpcError)."""
+        return self._get(address).fetch_reply(request, timeout=timeout, metadata=self.metadata)
+
+    def control(
+        self,
+        address: str,
+        method: str,
+        request: Any,
+        response_cls: Any,
+        timeout: float | None,
+        wait_for_ready: bool = False,
+    ) -> Any:
+        """A plain protobuf unary call of ``method`` (raises grpc.RpcError)."""
+        stub = self._get(address).control(method, response_cls)
+        return stub(request, timeout=timeout, metadata=self.metadata, wait_for_ready=wait_for_ready)
+
+    def control_future(
+        self,
+        address: str,
+        method: str,
+        request: Any,
+        response_cls: Any,
+        timeout: float | None,
+        done: Callable[[Any], None],
+    ) -> None:
+        """Start a plain protobuf unary call of ``method``; ``done(grpc_future)`` runs on
+        gRPC's thread when it ends."""
+        stub = self._get(address).control(method, response_cls)
+        fut = stub.future(request, timeout=timeout, metadata=self.metadata)
+        fut.add_done_callback(done)
+
+    def fetch_rref(
+        self, address: str, request: pb.FetchRequest, timeout: float | None
+    ) -> Iterator[Frame]:
+        """to_here(): stream an OwnerRRef's value (raises grpc.RpcError)."""
+        return self._get(address).fetch_rref(request, timeout=timeout, metadata=self.metadata)
+
+    def fetch(self, address: str, request: pb.FetchRequest, timeout: float | None) -> Frame:
+        """to_here() in one frame (or a continuation; raises grpc.RpcError)."""
+        return self._get(address).fetch(request, timeout=timeout, metadata=self.metadata)
+
+    def remote_future(
+        self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
+    ) -> None:
+        """Start a remote() whose call fits in one frame; ``done(grpc_future)`` runs on gRPC's
+        thread when it ends."""
+        fut = self._get(address).remote.future(frame, timeout=timeout, metadata=self.metadata)
+        fut.add_done_callback(done)
+
+    def gradients(self, address: str, frame: Frame, timeout: float | None) -> Any:
+        """Blocking Gradients call (PropagateGradients in one frame); returns the GradientsAck
+        (raises grpc.RpcError)."""
+        return self._get(address).gradients(frame, timeout=timeout, metadata=self.metadata)
+
+    def framed_control(
+        self,
+        address: str,
+        method: str,
+        frames: Iterable[Frame],
+        response_cls: Any,
+        timeout: float | None,
+    ) -> Any:
+        """Blocking framed (client-streaming) control call such as RemoteCall (raises
+        grpc.RpcError)."""
+        stub = self._get(address).framed_control(method, response_cls)
+        return stub(iter(frames), timeout=timeout, metadata=self.metadata)
+
+    def framed_control_future(
+        self,
+        address: str,
+        method: str,
+        frames: Iterable[Frame],
+        response_cls: Any,
+        timeout: float | None,
+        done: Callable[[Any], None],
+    ) -> None:
+        """Start a framed (client-streaming) control call such as PropagateGradients;
+        ``done(grpc_future)`` runs on gRPC's thread when it ends."""
+        stub = self._get(address).framed_control(method, response_cls)
+        fut = stub.future(iter(frames), timeout=timeout, metadata=self.metadata)
+        fut.add_done_callback(done)
+
+    def channel(self, address: str) -> grpc.Channel:
+        """The (cached) channel to ``address``."""
+        return self._get(address).channel
+
+    def health(self, address: str, timeout: float) -> bytes:
+        """Standard health check of the server at ``address`` (open, no token); the raw
+        HealthCheckResponse. Raises grpc.RpcError when it does not answer."""
+        stubs = self._get(address)
+        check = stubs.channel.unary_unary(_HEALTH_CHECK)
+        return check(b"", timeout=timeout)
+
+    def drop(self, address: str) -> None:
+        """Close the channel to ``address`` (its calls fail with CANCELLED); the next call
+        opens a new one."""
+        with self._lock:
+            stubs = self._stubs.pop(address, None)
+        if stubs is not None:
+            stubs.streams.close()
+            stubs.channel.close()
+
+    def channel_states(self) -> dict[str, str]:
+        """Connectivity of each cached channel, by address."""
+        states = {}
+        for address, stubs in list(self._stubs.items()):
+            try:
+                # The public API only offers subscribe(), which polls in a thread; the core
+                # channel answers directly without trying to connect.
+                code = stubs.channel._channel.check_connectivity_state(False)  # noqa: SLF001
+                states[address] = grpc.ChannelConnectivity(
+                    next(c for c in grpc.ChannelConnectivity if c.value[0] == code)
+                ).name
+            except Exception:  # pragma: no cover - depends on grpc internals
+                states[address] = "UNKNOWN"
+        return states
+
+    def close_streams(self) -> None:
+        """End this worker's call streams (later blocking calls go unary): a stopping server
+        gives open calls a grace period, so peers stopping at the same time would otherwise
+        wait it out for each other's idle streams."""
+        for stubs in list(self._stubs.values()):
+            stubs.streams.close()
+
+    def close(self) -> None:
+        """Close every channel; calls still running fail with CANCELLED."""
+        with self._lock:
+            self._closed = True
+            stubs, self._stubs = list(self._stubs.values()), {}
+        self.watchdog.close()
+        for s in stubs:
+            s.streams.close()
+            s.channel.close()
