@@ -4,7 +4,8 @@
         [-k SUBSTRING] [--json results.json] [--ratchet] [--deadline 180]
 
 Prints one line per test, then the pass count and wall time per class, and writes the results
-as JSON. ``--ratchet`` exits 1 when a test listed in ``passing.txt`` did not pass;
+as JSON. ``--ratchet`` exits 1 when a test listed in ``passing.txt`` did not pass, also when
+re-run once alone (one that passes then is reported as flaky);
 ``--update-ratchet`` adds the tests that passed to it (the list only grows). ``--impl torch``
 needs torch importable here (run it with the torch environment's interpreter, with
 ``tests`` on PYTHONPATH and gradwire installed there or not at all).
@@ -116,6 +117,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.ratchet:
         broken = [t for t in S.load_ratchet() if t in status and status[t] != "passed"]
+        # A listed test that failed gets one more run, alone: a test that passes then is
+        # reported as flaky (by name, so it can be looked into) rather than failing CI.
+        for test in broken:
+            if one(test).status == "passed":
+                print(f"ratchet: FLAKY {test} failed once, passed when re-run alone", flush=True)
+                status[test] = "passed"
+        broken = [t for t in broken if status[t] != "passed"]
         missing = [t for t in S.load_ratchet() if t not in tests or t in not_applicable]
         if broken or missing:
             print(f"ratchet: {len(broken)} listed tests did not pass: {broken}", file=sys.stderr)
