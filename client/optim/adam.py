@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from .._backend import array_module
 from .._tensor import Tensor
-from ._real_view import as_real, write_back
+from ._real_view import real_step_inputs, write_back
 from .optimizer import Optimizer, check_non_negative
 
 __all__ = ["Adam"]
@@ -47,12 +46,7 @@ class Adam(Optimizer):
         )
 
     def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
-        d = as_real(p._data)  # complex: pairs of reals, as PyTorch
-        xp = array_module(d)
-        g = as_real(grad)
-        g = -g if group["maximize"] else g
-        if group["weight_decay"]:
-            g = g + group["weight_decay"] * d
+        d, xp, g = real_step_inputs(p, grad, group)
         if not state:
             state["step"] = 0
             state["exp_avg"] = xp.zeros_like(d)
