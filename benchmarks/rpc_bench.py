@@ -1,39 +1,63 @@
-"""RPC benchmark: gradwire vs a raw grpcio unary echo server and torch.distributed.rpc.
+"""RPC benchmark: gradwire and torch.distributed.rpc, each on its defaults and over TCP only,
+interleaved in rounds in one run, with raw grpcio as the floor.
 
-    python benchmarks/rpc_bench.py [--calls 3000] [--sizes 1,16,128]
+    python benchmarks/rpc_bench.py [--rounds 5] [--calls 300] [--sizes 1,16,128]
+        [--contestants gradwire,gradwire-tcp,torch,torch-tcp,raw] [--json out.json]
 
-Measures, between two processes on this machine:
-  * noop rpc_sync latency (p50 / p99), against a raw grpcio unary echo of a small message (the
-    target's baseline) and, for reference, a raw grpcio echo on an open bidirectional stream
-    (gradwire's rpc_sync rides such a stream, see gradwire._runtime.calls.streams);
-  * rpc_async throughput with 64 calls in flight;
-  * echo of 1 / 16 / 128 MiB float32 tensors (GB/s of round-trip payload = 2 * size / time),
-    against raw grpcio unary echo of the same bytes;
-  * the same three for torch.distributed.rpc over TCP (TensorPipe, ``_transports=["uv"]``) when
-    torch is importable (install torch==2.13.0 only in a separate benchmark environment).
+Contestants (each a driver process that measures and a peer process, kept alive all run):
+  gradwire       defaults: Unix socket and shared memory to a same-host peer
+  gradwire-tcp   use_unix_socket=False, shm_transfer=False (what containers and hosts get)
+  torch          TensorPipe's defaults (shm transport, cma channel on one host)
+  torch-tcp      TensorPipe with the "uv" (TCP) transport and the "basic" channel only
+  raw            a raw grpcio server over TCP: unary calls, and a bidirectional stream echoing
+                 1 MiB messages (the wire's floor; no remote() or autograd rows)
+torch runs where it imports; else in $GRADWIRE_TORCH_PYTHON (an interpreter with torch==2.13.0
+and gradwire), else its columns are skipped.
+
+Measures (per round, every contestant in turn, so a shared machine's load hits all alike):
+  noop           p50 of rpc_sync calls to a function that returns None
+  async64        calls/s of rpc_async noop with 64 calls in flight
+  remote N       remote() of an N MiB float32 tensor made on the peer, then to_here()
+  echo N         rpc_sync echo of an N MiB float32 tensor
+  autograd       one dist-autograd iteration: rpc_sync of a 512x512 matmul on the peer, a loss,
+                 the distributed backward and get_gradients
+Received tensors are touched (summed) on both sides, so a mapped but unread page does not
+count as transferred. Each cell is the median over rounds, with the per-round range; the ratio
+columns compare gradwire with torch on the same footing (defaults with defaults, TCP with TCP).
+Every process computes on one BLAS thread (two workers share the machine's cores).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
+import json
 import multiprocessing as mp
 import os
 import queue
 import secrets
-import shutil
 import socket
+import statistics
+import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
-import numpy as np
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-log = logging.getLogger("rpc_bench")
-_METHOD = "/bench.Echo/Echo"
+import numpy as np  # noqa: E402 - after the BLAS thread settings
+
+_ECHO = "/bench.Echo/Echo"
 _STREAM = "/bench.Echo/Stream"
+_RAW_LIMIT = 512 << 20
+_CHUNK = 1 << 20
+_WINDOW = 64
+ALL = ("gradwire", "gradwire-tcp", "torch", "torch-tcp", "raw")
+
+
+# -- what the peers run (named by module and qualname over the wire) -------------------------
 
 
 def noop() -> None:
@@ -41,7 +65,27 @@ def noop() -> None:
 
 
 def echo(x: Any) -> Any:
+    x.sum()  # touch every received byte
     return x
+
+
+def matmul(x: Any, w: Any) -> Any:
+    return x @ w
+
+
+def gw_ones(n: int) -> Any:
+    import gradwire as gw
+
+    return gw.ones(n)
+
+
+def torch_ones(n: int) -> Any:
+    import torch
+
+    return torch.ones(n)
+
+
+# -- helpers ---------------------------------------------------------------------------------
 
 
 def _free_port() -> int:
@@ -50,27 +94,173 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _gradwire_peer(init_method: str, token: str, stop: Any, chunk: int) -> None:
-    os.environ["GRADWIRE_TOKEN"] = token
+def _p50(fn: Callable[[], Any], calls: int) -> float:
+    for _ in range(min(30, calls)):
+        fn()
+    samples = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples)
+
+
+def _rate(start: Callable[[], Any], finish: Callable[[Any], Any], total: int) -> float:
+    for f in [start() for _ in range(_WINDOW)]:
+        finish(f)  # warm up
+    inflight: list[Any] = []
+    t = time.perf_counter()
+    for _ in range(total):
+        if len(inflight) >= _WINDOW:
+            finish(inflight.pop(0))
+        inflight.append(start())
+    for f in inflight:
+        finish(f)
+    return total / (time.perf_counter() - t)
+
+
+def _median_time(fn: Callable[[], Any], repeat: int) -> float:
+    fn()  # warm up (allocations, flow-control windows, mappings)
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _repeat_for(mib: int) -> int:
+    return 5 if mib <= 16 else 3
+
+
+# -- the contestants' drivers and peers ------------------------------------------------------
+
+
+def _serve(conn: Any, measures: dict[str, Callable[[Any], float]]) -> None:
+    """The driver's loop: run the measure the orchestrator names, send back its figure."""
+    conn.send("ready")
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        name, arg = msg
+        try:
+            conn.send(("ok", measures[name](arg)))
+        except Exception as exc:  # noqa: BLE001 - reported in the table, the run goes on
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _gradwire_options(tcp: bool, init_method: str) -> Any:
     from gradwire.distributed import rpc
 
-    options = rpc.GrpcRpcBackendOptions(init_method=init_method, chunk_bytes=chunk)
-    rpc.init_rpc("peer", 1, 2, options)
-    stop.wait()
+    extra = {"use_unix_socket": False, "shm_transfer": False} if tcp else {}
+    return rpc.GrpcRpcBackendOptions(init_method=init_method, rpc_timeout=300, **extra)
+
+
+def _gradwire_proc(rank: int, tcp: bool, init_method: str, token: str, conn: Any) -> None:
+    os.environ["GRADWIRE_TOKEN"] = token
+    import gradwire as gw
+    import gradwire.distributed.autograd as dist_autograd
+    from gradwire.distributed import rpc
+
+    rpc.init_rpc(f"w{rank}", rank, 2, _gradwire_options(tcp, init_method))
+    if rank == 1:
+        conn.recv()  # the driver is done
+        rpc.shutdown()
+        return
+    rng = np.random.default_rng(0)
+    x = gw.tensor(rng.standard_normal((512, 512)).astype(np.float32), requires_grad=True)
+    w = gw.tensor(rng.standard_normal((512, 512)).astype(np.float32), requires_grad=True)
+
+    def autograd_step() -> None:
+        with dist_autograd.context() as cid:
+            y = rpc.rpc_sync("w1", matmul, (x, w))
+            dist_autograd.backward(cid, [(y * y).mean()])
+            assert dist_autograd.get_gradients(cid)[x].shape == x.shape
+
+    def remote(mib: int) -> float:
+        n = (mib << 20) // 4
+        return _median_time(
+            lambda: rpc.remote("w1", gw_ones, (n,)).to_here().sum(), _repeat_for(mib)
+        )
+
+    def echo_of(mib: int) -> float:
+        t = gw.ones((mib << 20) // 4)
+        return _median_time(lambda: rpc.rpc_sync("w1", echo, (t,)).sum(), _repeat_for(mib))
+
+    _serve(
+        conn,
+        {
+            "noop": lambda calls: _p50(lambda: rpc.rpc_sync("w1", noop), calls),
+            "async64": lambda total: _rate(
+                lambda: rpc.rpc_async("w1", noop), lambda f: f.wait(), total
+            ),
+            "remote": remote,
+            "echo": echo_of,
+            "autograd": lambda iters: _median_time(autograd_step, iters),
+        },
+    )
     rpc.shutdown()
 
 
-def _raw_server(port: int, unix_path: str, stop: Any) -> None:
+def _torch_proc(rank: int, tcp: bool, port: int, conn: Any) -> None:
+    import torch
+    import torch.distributed.autograd as dist_autograd
+    import torch.distributed.rpc as rpc
+
+    torch.set_num_threads(1)
+    extra: dict[str, Any] = {"_transports": ["uv"], "_channels": ["basic"]} if tcp else {}
+    opts = rpc.TensorPipeRpcBackendOptions(
+        init_method=f"tcp://127.0.0.1:{port}", num_worker_threads=16, rpc_timeout=300, **extra
+    )
+    rpc.init_rpc(f"t{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
+    if rank == 1:
+        conn.recv()
+        rpc.shutdown()
+        return
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(512, 512, generator=g, requires_grad=True)
+    w = torch.randn(512, 512, generator=g, requires_grad=True)
+
+    def autograd_step() -> None:
+        with dist_autograd.context() as cid:
+            y = rpc.rpc_sync("t1", matmul, (x, w))
+            dist_autograd.backward(cid, [(y * y).mean()])
+            assert dist_autograd.get_gradients(cid)[x].shape == x.shape
+
+    def remote(mib: int) -> float:
+        n = (mib << 20) // 4
+        return _median_time(
+            lambda: rpc.remote("t1", torch_ones, (n,)).to_here().sum(), _repeat_for(mib)
+        )
+
+    def echo_of(mib: int) -> float:
+        t = torch.ones((mib << 20) // 4)
+        return _median_time(lambda: rpc.rpc_sync("t1", echo, (t,)).sum(), _repeat_for(mib))
+
+    _serve(
+        conn,
+        {
+            "noop": lambda calls: _p50(lambda: rpc.rpc_sync("t1", noop), calls),
+            "async64": lambda total: _rate(
+                lambda: rpc.rpc_async("t1", noop), lambda f: f.wait(), total
+            ),
+            "remote": remote,
+            "echo": echo_of,
+            "autograd": lambda iters: _median_time(autograd_step, iters),
+        },
+    )
+    rpc.shutdown()
+
+
+def _raw_server_proc(port: int, conn: Any) -> None:
     import grpc
 
-    limit = 512 << 20
-    server = grpc.server(
-        futures.ThreadPoolExecutor(16),
-        options=[
-            ("grpc.max_send_message_length", limit),
-            ("grpc.max_receive_message_length", limit),
-        ],
-    )
+    opts = [
+        ("grpc.max_send_message_length", _RAW_LIMIT),
+        ("grpc.max_receive_message_length", _RAW_LIMIT),
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(16), options=opts)
 
     def echo_stream(requests: Any, context: Any) -> Any:
         yield from requests
@@ -84,244 +274,288 @@ def _raw_server(port: int, unix_path: str, stop: Any) -> None:
     )
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"127.0.0.1:{port}")
-    server.add_insecure_port(f"unix:{unix_path}")
     server.start()
-    stop.wait()
+    conn.recv()
     server.stop(0)
 
 
-def _torch_pair(rank: int, port: int, calls: int, sizes: list[int], out: Any) -> None:
-    """torch.distributed.rpc over TCP (TensorPipe, "uv" transport): rank 0 measures."""
-    import torch
-    import torch.distributed.rpc as trpc
+def _raw_driver_proc(port: int, conn: Any) -> None:
+    import grpc
 
-    opts = trpc.TensorPipeRpcBackendOptions(
-        init_method=f"tcp://127.0.0.1:{port}", _transports=["uv"], num_worker_threads=16
-    )
-    trpc.init_rpc(f"t{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
-    if rank == 0:
-        p50, p99 = _percentiles(_samples(lambda: trpc.rpc_sync("t1", noop), calls))
-        rate = _throughput(lambda: trpc.rpc_async("t1", noop), lambda f: f.wait(), max(2000, calls))
-        echoes = {}
-        for mib in sizes:
-            t = torch.ones((mib << 20) // 4, dtype=torch.float32)
-            echoes[mib] = _echo_rate(
-                lambda t=t: trpc.rpc_sync("t1", echo, (t,), timeout=300), mib << 20, 3
-            )
-        out.put({"p50": p50, "p99": p99, "rate": rate, "echo": echoes})
-    trpc.shutdown()
+    opts = [
+        ("grpc.max_send_message_length", _RAW_LIMIT),
+        ("grpc.max_receive_message_length", _RAW_LIMIT),
+    ]
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=opts)
+    grpc.channel_ready_future(channel).result(timeout=30)
+    unary = channel.unary_unary(_ECHO)
+    small = b"x" * 64
+    requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    replies = channel.stream_stream(_STREAM)(iter(requests.get, None), timeout=3600)
+
+    def unary_echo(mib: int) -> float:
+        data = np.ones((mib << 20) // 4, dtype=np.float32).tobytes()
+        return _median_time(
+            lambda: np.frombuffer(unary(data, timeout=300), dtype=np.float32).sum(),
+            _repeat_for(mib),
+        )
+
+    def stream_echo(mib: int) -> float:
+        # The payload as 1 MiB messages on an open stream, all sent before the first is read
+        # back (the window of a pipelined transfer); the echoed chunks are touched.
+        chunk = np.ones(_CHUNK // 4, dtype=np.float32).tobytes()
+
+        def once() -> None:
+            for _ in range(mib):
+                requests.put(chunk)
+            for _ in range(mib):
+                np.frombuffer(next(replies), dtype=np.float32).sum()
+
+        return _median_time(once, _repeat_for(mib))
+
+    try:
+        _serve(
+            conn,
+            {
+                "noop": lambda calls: _p50(lambda: unary(small, timeout=10), calls),
+                "async64": lambda total: _rate(
+                    lambda: unary.future(small, timeout=10), lambda f: f.result(), total
+                ),
+                "echo": unary_echo,
+                "stream": stream_echo,
+            },
+        )
+    finally:
+        requests.put(None)
+        channel.close()
 
 
-def _run_torch(calls: int, sizes: list[int]) -> dict[str, Any] | None:
+# -- the orchestrator -------------------------------------------------------------------------
+
+
+def _torch_reexec() -> None:
+    """Where torch does not import but $GRADWIRE_TORCH_PYTHON (with torch and gradwire) does,
+    run this whole benchmark in that interpreter, so both sides share one environment."""
     try:
         import torch.distributed.rpc  # noqa: F401
+
+        return
     except ImportError:
-        return None
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    port = _free_port()
-    procs = [
-        ctx.Process(target=_torch_pair, args=(r, port, calls, sizes, out), daemon=True)
-        for r in range(2)
-    ]
-    for p in procs:
-        p.start()
+        pass
+    other = os.environ.get("GRADWIRE_TORCH_PYTHON")
+    if not other or os.path.abspath(other) == os.path.abspath(sys.executable):
+        return
+    probe = subprocess.run(
+        [other, "-c", "import torch.distributed.rpc, gradwire"], capture_output=True
+    )
+    if probe.returncode == 0:
+        print(f"running in {other} (it has torch)", file=sys.stderr, flush=True)
+        os.execv(other, [other, *sys.argv])
+
+
+def _have_torch() -> bool:
     try:
-        result: dict[str, Any] = out.get(timeout=900)
-    finally:
-        for p in procs:
+        import torch.distributed.rpc  # noqa: F401
+
+        return True
+    except ImportError:
+        return False
+
+
+class Contestant:
+    """A driver (measuring, over a Pipe) and its peer process or processes."""
+
+    def __init__(self, name: str, ctx: Any) -> None:
+        self.name = name
+        self.conn, driver_end = ctx.Pipe()
+        peer_conn, self._peer_stop = ctx.Pipe()
+        if name.startswith("gradwire"):
+            init = f"tcp://127.0.0.1:{_free_port()}"
+            token = secrets.token_hex(16)
+            tcp = name.endswith("-tcp")
+            targets = [
+                (_gradwire_proc, (0, tcp, init, token, driver_end)),
+                (_gradwire_proc, (1, tcp, init, token, peer_conn)),
+            ]
+        elif name.startswith("torch"):
+            port = _free_port()
+            tcp = name.endswith("-tcp")
+            targets = [
+                (_torch_proc, (0, tcp, port, driver_end)),
+                (_torch_proc, (1, tcp, port, peer_conn)),
+            ]
+        else:
+            port = _free_port()
+            targets = [
+                (_raw_server_proc, (port, peer_conn)),
+                (_raw_driver_proc, (port, driver_end)),
+            ]
+        self.procs = [ctx.Process(target=t, args=a, daemon=True) for t, a in targets]
+        for p in self.procs:
+            p.start()
+        self._wait("start", 180)
+        assert self.conn.recv() == "ready"
+
+    def _wait(self, what: str, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.conn.poll(0.5):
+            dead = [p for p in self.procs if not p.is_alive()]
+            if dead:
+                raise RuntimeError(
+                    f"{self.name}: a process exited (code {dead[0].exitcode}) during {what}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name}: no answer to {what} within {seconds:.0f} s")
+
+    def measure(self, name: str, arg: Any) -> float | str:
+        self.conn.send((name, arg))
+        self._wait(f"{name}({arg})", 900)
+        status, value = self.conn.recv()
+        return float(value) if status == "ok" else str(value)
+
+    def close(self) -> None:
+        for conn in (self.conn, self._peer_stop):
+            try:
+                conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self.procs:
             p.join(60)
-    return result
+            if p.is_alive():
+                p.kill()
 
 
-def _percentiles(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+#: (row label, measure, argument, unit); "s" rows are times (lower is better), "/s" rates.
+def _rows(ns: argparse.Namespace, sizes: list[int]) -> list[tuple[str, str, Any, str]]:
+    rows: list[tuple[str, str, Any, str]] = [
+        ("noop rpc_sync p50", "noop", ns.calls, "s"),
+        ("rpc_async noop, 64 in flight", "async64", ns.async_calls, "/s"),
+    ]
+    rows += [(f"remote()+to_here() {m} MiB", "remote", m, "s") for m in sizes]
+    rows += [(f"rpc_sync echo {m} MiB", "echo", m, "s") for m in sizes]
+    rows += [(f"raw stream echo {m} MiB (1 MiB messages)", "stream", m, "s") for m in sizes]
+    rows.append(("dist-autograd iteration (512x512 matmul on the peer)", "autograd", ns.iters, "s"))
+    return rows
 
 
-def _samples(fn: Any, calls: int) -> list[float]:
-    for _ in range(min(50, calls)):
-        fn()
-    samples = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return samples
+def _applies(contestant: str, measure: str) -> bool:
+    if contestant == "raw":
+        return measure in ("noop", "async64", "echo", "stream")
+    return measure != "stream"
 
 
-def _throughput(start: Any, finish: Any, total: int, window: int = 64) -> float:
-    inflight: list[Any] = []
-    t = time.perf_counter()
-    for _ in range(total):
-        if len(inflight) >= window:
-            finish(inflight.pop(0))
-        inflight.append(start())
-    for f in inflight:
-        finish(f)
-    return total / (time.perf_counter() - t)
-
-
-def _echo_rate(fn: Any, nbytes: int, repeat: int) -> float:
-    fn()  # warm up (allocations, channel windows)
-    best = min(_timed(fn) for _ in range(repeat))
-    return 2 * nbytes / best / 1e9
-
-
-def _timed(fn: Any) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
+def _fmt(value: float, unit: str) -> str:
+    if unit == "/s":
+        return f"{value:,.0f}/s"
+    if value < 1e-3:
+        return f"{value * 1e6:.0f} us"
+    return f"{value * 1e3:.2f} ms"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--calls", type=int, default=3000)
-    parser.add_argument("--sizes", default="1,16,128", help="echo sizes in MiB")
-    parser.add_argument(
-        "--chunk-mib", type=float, default=1.0, help="gradwire chunk_bytes in MiB (default 1)"
-    )
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=300, help="noop calls per round")
+    parser.add_argument("--async-calls", type=int, default=2000, help="rpc_async calls per round")
+    parser.add_argument("--iters", type=int, default=10, help="autograd iterations per round")
+    parser.add_argument("--sizes", default="1,16,128", help="tensor sizes in MiB")
+    parser.add_argument("--contestants", default=",".join(ALL))
+    parser.add_argument("--json", help="also write the figures to this file")
     ns = parser.parse_args()
     sizes = [int(s) for s in ns.sizes.split(",")]
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-
-    import grpc
-    from gradwire.distributed import rpc
-
+    wanted = [c.strip() for c in ns.contestants.split(",") if c.strip()]
+    unknown = set(wanted) - set(ALL)
+    if unknown:
+        parser.error(f"unknown contestants {sorted(unknown)}; choose from {', '.join(ALL)}")
+    if any(c.startswith("torch") for c in wanted):
+        _torch_reexec()
+    if not _have_torch():
+        print("torch: not importable here nor in $GRADWIRE_TORCH_PYTHON; its columns are skipped")
+        wanted = [c for c in wanted if not c.startswith("torch")]
     ctx = mp.get_context("spawn")
-    stop = ctx.Event()
-    token = secrets.token_hex(16)
-    os.environ["GRADWIRE_TOKEN"] = token
-    init_method = f"tcp://127.0.0.1:{_free_port()}"
-    chunk = int(ns.chunk_mib * (1 << 20))
-    raw_port = _free_port()
-    unix_dir = tempfile.mkdtemp(prefix="gw-bench-")
-    unix_path = os.path.join(unix_dir, "raw.sock")
-    procs = [
-        ctx.Process(target=_gradwire_peer, args=(init_method, token, stop, chunk), daemon=True),
-        ctx.Process(target=_raw_server, args=(raw_port, unix_path, stop), daemon=True),
-    ]
-    for p in procs:
-        p.start()
-    rpc.init_rpc(
-        "driver", 0, 2, rpc.GrpcRpcBackendOptions(init_method=init_method, chunk_bytes=chunk)
-    )
-    rows: list[tuple[str, str]] = []
+    contestants = []
     try:
-        limit = 512 << 20
-        opts = [("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)]
-        channel = grpc.insecure_channel(f"127.0.0.1:{raw_port}", options=opts)
-        unix_channel = grpc.insecure_channel(f"unix:{unix_path}", options=opts)
-        for ch in (channel, unix_channel):
-            grpc.channel_ready_future(ch).result(timeout=30)
-        raw = channel.unary_unary(_METHOD)
-        raw_unix = unix_channel.unary_unary(_METHOD)
-        small = b"x" * 64
-        requests: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        replies = unix_channel.stream_stream(_STREAM)(iter(requests.get, None), timeout=600)
-
-        def stream_echo() -> None:
-            requests.put(small)
-            next(replies)
-
-        # Interleaved rounds, so that the load of a shared machine hits every contestant alike.
-        samples: dict[str, list[float]] = {"tcp": [], "unix": [], "stream": [], "gradwire": []}
-        contestants = {
-            "tcp": lambda: raw(small, timeout=10),
-            "unix": lambda: raw_unix(small, timeout=10),
-            "stream": stream_echo,
-            "gradwire": lambda: rpc.rpc_sync("peer", noop),
-        }
-        rounds = 10
-        for _ in range(rounds):
-            for key, fn in contestants.items():
-                samples[key] += _samples(fn, max(1, ns.calls // rounds))
-        requests.put(None)
-        (t50, t99), (u50, u99), (s50, s99), (g50, g99) = (
-            _percentiles(samples[k]) for k in ("tcp", "unix", "stream", "gradwire")
-        )
-        for label, p50, p99 in (
-            ("raw grpcio unary echo, TCP loopback", t50, t99),
-            ("raw grpcio unary echo, Unix socket", u50, u99),
-            ("raw grpcio echo on an open stream, Unix socket", s50, s99),
-            ("gradwire noop rpc_sync (Unix socket)", g50, g99),
-        ):
-            rows.append((f"{label} p50 / p99", f"{p50 * 1e6:.0f} us / {p99 * 1e6:.0f} us"))
-        rows.append(
-            ("gradwire p50 / raw TCP p50, / raw Unix p50", f"{g50 / t50:.2f}x, {g50 / u50:.2f}x")
-        )
-        rows.append(("gradwire p50 / raw stream p50 (reference)", f"{g50 / s50:.2f}x"))
-
-        total = max(2000, ns.calls)
-        gw_rate = _throughput(lambda: rpc.rpc_async("peer", noop), lambda f: f.wait(), total)
-        raw_rate = _throughput(lambda: raw.future(small, timeout=10), lambda f: f.result(), total)
-        rows.append(
-            (
-                "rpc_async 64 in flight: gradwire / raw unary TCP",
-                f"{gw_rate:.0f} / {raw_rate:.0f} calls/s",
-            )
-        )
-
-        from gradwire._tensor import Tensor
-
-        gw_echo: dict[int, float] = {}
-        for mib in sizes:
-            nbytes = mib << 20
-            t_arr = Tensor._wrap(np.ones(nbytes // 4, dtype=np.float32))
-            data = t_arr._data.tobytes()
-            repeat = 5 if mib <= 16 else 3
-            gw = _echo_rate(
-                lambda t=t_arr: rpc.rpc_sync("peer", echo, (t,), timeout=300), nbytes, repeat
-            )
-            rw = _echo_rate(lambda d=data: raw(d, timeout=300), nbytes, repeat)
-            ru = _echo_rate(lambda d=data: raw_unix(d, timeout=300), nbytes, repeat)
-            gw_echo[mib] = gw
-            rows.append(
-                (
-                    f"echo {mib} MiB: gradwire / raw unary TCP / raw unary Unix",
-                    f"{gw:.2f} / {rw:.2f} / {ru:.2f} GB/s (round-trip payload)",
-                )
-            )
-        channel.close()
-        unix_channel.close()
-        # torch runs after gradwire's rounds, in its own pair of processes (same machine).
-        torch_res = _run_torch(ns.calls, sizes)
-        if torch_res is None:
-            rows.append(("torch.distributed.rpc", "not installed: skipped"))
-        else:
-            tp50, tp99 = torch_res["p50"], torch_res["p99"]
-            rows.append(
-                (
-                    "torch.distributed.rpc (TensorPipe uv) noop p50 / p99",
-                    f"{tp50 * 1e6:.0f} us / {tp99 * 1e6:.0f} us",
-                )
-            )
-            rows.append(("gradwire p50 / torch p50", f"{g50 / tp50:.2f}x"))
-            rows.append(
-                (
-                    "rpc_async 64 in flight: gradwire / torch",
-                    f"{gw_rate:.0f} / {torch_res['rate']:.0f} calls/s",
-                )
-            )
-            for mib, rate in torch_res["echo"].items():
-                rows.append(
-                    (
-                        f"echo {mib} MiB: gradwire / torch",
-                        f"{gw_echo[mib]:.2f} / {rate:.2f} GB/s (round-trip payload)",
-                    )
-                )
+        for name in wanted:
+            contestants.append(Contestant(name, ctx))
+        rows = _rows(ns, sizes)
+        figures: dict[tuple[str, str], list[float]] = {}
+        errors: dict[tuple[str, str], str] = {}
+        for r in range(ns.rounds):
+            for label, measure, arg, _unit in rows:
+                for c in contestants:
+                    if not _applies(c.name, measure) or (label, c.name) in errors:
+                        continue
+                    value = c.measure(measure, arg)
+                    if isinstance(value, str):
+                        errors[(label, c.name)] = value
+                    else:
+                        figures.setdefault((label, c.name), []).append(value)
+            print(f"round {r + 1}/{ns.rounds} done", file=sys.stderr, flush=True)
     finally:
-        stop.set()
-        rpc.shutdown()
-        for p in procs:
-            p.join(10)
-        shutil.rmtree(unix_dir, ignore_errors=True)
-    width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        log.info("%s  %s", k.ljust(width), v)
+        for c in contestants:
+            c.close()
+    names = [c.name for c in contestants]
+    _report(rows, names, figures, errors, ns)
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump(
+                {
+                    "argv": sys.argv[1:],
+                    "figures": {f"{label} | {c}": v for (label, c), v in figures.items()},
+                    "errors": {f"{label} | {c}": e for (label, c), e in errors.items()},
+                },
+                f,
+                indent=1,
+            )
     return 0
+
+
+def _report(
+    rows: list[tuple[str, str, Any, str]],
+    names: list[str],
+    figures: dict[tuple[str, str], list[float]],
+    errors: dict[tuple[str, str], str],
+    ns: argparse.Namespace,
+) -> None:
+    med = {k: statistics.median(v) for k, v in figures.items()}
+    pairs = [
+        (g, t)
+        for g, t in (("gradwire", "torch"), ("gradwire-tcp", "torch-tcp"))
+        if g in names and t in names
+    ]
+    header = ["measure"] + names + [f"{g}/{t}" for g, t in pairs]
+    table = []
+    for label, _measure, _arg, unit in rows:
+        cells = [label]
+        for c in names:
+            key = (label, c)
+            if key in errors:
+                cells.append("error")
+            elif key in med:
+                lo, hi = min(figures[key]), max(figures[key])
+                cells.append(f"{_fmt(med[key], unit)} ({_fmt(lo, unit)}-{_fmt(hi, unit)})")
+            else:
+                cells.append("")
+        for g, t in pairs:
+            if (label, g) in med and (label, t) in med:
+                ratio = med[(label, g)] / med[(label, t)]
+                cells.append(f"{ratio:.2f}")
+            else:
+                cells.append("")
+        if any(cells[1:]):
+            table.append(cells)
+    print(
+        f"rpc_bench: {ns.rounds} rounds interleaved; median (per-round range); ratios gradwire/torch "
+        "(times: below 1 is gradwire faster; calls/s: above 1 is)"
+    )
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for cells in table:
+        print("| " + " | ".join(cells) + " |")
+    for (label, c), e in errors.items():
+        print(f"error: {c}, {label}: {e}")
 
 
 if __name__ == "__main__":
