@@ -48,6 +48,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402 - after the BLAS thread settings
+from timing import median_seconds  # noqa: E402
 
 _ECHO = "/bench.Echo/Echo"
 _STREAM = "/bench.Echo/Stream"
@@ -120,13 +121,7 @@ def _rate(start: Callable[[], Any], finish: Callable[[Any], Any], total: int) ->
 
 
 def _median_time(fn: Callable[[], Any], repeat: int) -> float:
-    fn()  # warm up (allocations, flow-control windows, mappings)
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return median_seconds(fn, repeat, warmup=1)  # one warm-up: allocations, windows, mappings
 
 
 def _repeat_for(mib: int) -> int:
@@ -157,20 +152,14 @@ def _gradwire_options(tcp: bool, init_method: str) -> Any:
     return rpc.GrpcRpcBackendOptions(init_method=init_method, rpc_timeout=300, **extra)
 
 
-def _gradwire_proc(rank: int, tcp: bool, init_method: str, token: str, conn: Any) -> None:
-    os.environ["GRADWIRE_TOKEN"] = token
-    import gradwire as gw
-    import gradwire.distributed.autograd as dist_autograd
-    from gradwire.distributed import rpc
+def _driver(lib: Any, rpc: Any, dist_autograd: Any, ones: Any, x: Any, w: Any, conn: Any) -> None:
+    """Rank 0 of a framework's pair (gradwire or torch: the same API): serve the measures.
 
-    rpc.init_rpc(f"w{rank}", rank, 2, _gradwire_options(tcp, init_method))
-    if rank == 1:
-        conn.recv()  # the driver is done
-        rpc.shutdown()
-        return
-    rng = np.random.default_rng(0)
-    x = gw.tensor(rng.standard_normal((512, 512)).astype(np.float32), requires_grad=True)
-    w = gw.tensor(rng.standard_normal((512, 512)).astype(np.float32), requires_grad=True)
+    Args:
+        lib: the tensor module (``gradwire`` or ``torch``); ``rpc``/``dist_autograd`` its own.
+        ones: the peer-side function making an N-element tensor (``gw_ones``/``torch_ones``).
+        x, w: the 512x512 leaves of the autograd iteration.
+    """
 
     def autograd_step() -> None:
         with dist_autograd.context() as cid:
@@ -180,12 +169,10 @@ def _gradwire_proc(rank: int, tcp: bool, init_method: str, token: str, conn: Any
 
     def remote(mib: int) -> float:
         n = (mib << 20) // 4
-        return _median_time(
-            lambda: rpc.remote("w1", gw_ones, (n,)).to_here().sum(), _repeat_for(mib)
-        )
+        return _median_time(lambda: rpc.remote("w1", ones, (n,)).to_here().sum(), _repeat_for(mib))
 
     def echo_of(mib: int) -> float:
-        t = gw.ones((mib << 20) // 4)
+        t = lib.ones((mib << 20) // 4)
         return _median_time(lambda: rpc.rpc_sync("w1", echo, (t,)).sum(), _repeat_for(mib))
 
     _serve(
@@ -200,6 +187,24 @@ def _gradwire_proc(rank: int, tcp: bool, init_method: str, token: str, conn: Any
             "autograd": lambda iters: _median_time(autograd_step, iters),
         },
     )
+
+
+def _gradwire_proc(rank: int, tcp: bool, init_method: str, token: str, conn: Any) -> None:
+    os.environ["GRADWIRE_TOKEN"] = token
+    import gradwire as gw
+    import gradwire.distributed.autograd as dist_autograd
+    from gradwire.distributed import rpc
+
+    rpc.init_rpc(f"w{rank}", rank, 2, _gradwire_options(tcp, init_method))
+    if rank == 0:
+        rng = np.random.default_rng(0)
+        x, w = (
+            gw.tensor(rng.standard_normal((512, 512)).astype(np.float32), requires_grad=True)
+            for _ in range(2)
+        )
+        _driver(gw, rpc, dist_autograd, gw_ones, x, w, conn)
+    else:
+        conn.recv()  # the driver is done
     rpc.shutdown()
 
 
@@ -213,43 +218,13 @@ def _torch_proc(rank: int, tcp: bool, port: int, conn: Any) -> None:
     opts = rpc.TensorPipeRpcBackendOptions(
         init_method=f"tcp://127.0.0.1:{port}", num_worker_threads=16, rpc_timeout=300, **extra
     )
-    rpc.init_rpc(f"t{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
-    if rank == 1:
+    rpc.init_rpc(f"w{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
+    if rank == 0:
+        g = torch.Generator().manual_seed(0)
+        x, w = (torch.randn(512, 512, generator=g, requires_grad=True) for _ in range(2))
+        _driver(torch, rpc, dist_autograd, torch_ones, x, w, conn)
+    else:
         conn.recv()
-        rpc.shutdown()
-        return
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(512, 512, generator=g, requires_grad=True)
-    w = torch.randn(512, 512, generator=g, requires_grad=True)
-
-    def autograd_step() -> None:
-        with dist_autograd.context() as cid:
-            y = rpc.rpc_sync("t1", matmul, (x, w))
-            dist_autograd.backward(cid, [(y * y).mean()])
-            assert dist_autograd.get_gradients(cid)[x].shape == x.shape
-
-    def remote(mib: int) -> float:
-        n = (mib << 20) // 4
-        return _median_time(
-            lambda: rpc.remote("t1", torch_ones, (n,)).to_here().sum(), _repeat_for(mib)
-        )
-
-    def echo_of(mib: int) -> float:
-        t = torch.ones((mib << 20) // 4)
-        return _median_time(lambda: rpc.rpc_sync("t1", echo, (t,)).sum(), _repeat_for(mib))
-
-    _serve(
-        conn,
-        {
-            "noop": lambda calls: _p50(lambda: rpc.rpc_sync("t1", noop), calls),
-            "async64": lambda total: _rate(
-                lambda: rpc.rpc_async("t1", noop), lambda f: f.wait(), total
-            ),
-            "remote": remote,
-            "echo": echo_of,
-            "autograd": lambda iters: _median_time(autograd_step, iters),
-        },
-    )
     rpc.shutdown()
 
 

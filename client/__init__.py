@@ -73,6 +73,7 @@ from ._dtypes import (
 from ._functional import *  # noqa: F403  (module-level math: gw.exp, gw.matmul, ...)
 from ._functional import __all__ as _functional_all
 from ._legacy import BoolTensor, DoubleTensor, FloatTensor, IntTensor, LongTensor
+from ._serialization import load, save
 from ._tensor import Tensor, from_numpy, is_tensor
 from .autograd.grad_mode import (
     enable_grad,
@@ -109,6 +110,8 @@ __all__ = [
     "randn_like",
     "manual_seed",
     "Generator",
+    "save",
+    "load",
     "seed",
     "stack",
     "cat",

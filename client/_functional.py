@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._creation import tensor
 from ._tensor import Tensor
 
 _NAMES = [
@@ -76,8 +77,17 @@ _NAMES = [
 __all__ = [*_NAMES, "real", "imag", "numel"]
 
 
+#: Ops whose ``input`` may be a Python number, as in PyTorch (``torch.add(0, 3)`` is
+#: ``tensor(3)``): the number becomes a 0-dim tensor, which promotes as PyTorch's does.
+_NUMBER_INPUT = frozenset({"add", "sub", "mul", "div", "true_divide"})
+
+
 def _make(name: str) -> Any:
+    number_input = name in _NUMBER_INPUT
+
     def fn(input: Tensor, *args: Any, **kwargs: Any) -> Any:
+        if number_input and isinstance(input, (bool, int, float, complex)):
+            input = tensor(input)
         if not isinstance(input, Tensor):
             raise TypeError(
                 f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}"

@@ -26,12 +26,14 @@ The tree::
         ├── RpcTimeoutError               a call did not complete within its timeout
         │                                 (also TimeoutError)
         ├── WorkerUnavailableError        the peer is unreachable, died mid-call or shut down
-        │                                 (also ConnectionError)
+        │   │                             (also ConnectionError)
+        │   └── WorkerDepartedError       the peer left a dynamic group with shutdown() (it is
+        │                                 gone on purpose, not lost)
         ├── RpcShutdownError              the local agent shut down while the call was pending
         ├── RRefError                     an RRef used the wrong way: local_value() on a user,
         │   │                             pickled outside an RPC, used after shutdown,
         │   │                             backward() on a user without a context id
-        │   └── RRefLeakError             shutdown found OwnerRRefs still referenced and the
+        │   └── RRefLeakError             shutdown found forks of OwnerRRefs still alive and the
         │                                 leak check was asked to fail (rref_leak_check="error")
         └── RemoteError                   user code raised on the callee. When the remote type can
                                           be rebuilt on the caller, the error raised is a subclass
@@ -67,6 +69,7 @@ __all__ = [
     "AuthenticationError",
     "RpcTimeoutError",
     "WorkerUnavailableError",
+    "WorkerDepartedError",
     "RpcShutdownError",
     "RRefError",
     "RRefLeakError",
@@ -176,6 +179,11 @@ class WorkerUnavailableError(RpcError, ConnectionError):
     """Raised when the peer cannot be reached, dies during a call or is shutting down."""
 
 
+class WorkerDepartedError(WorkerUnavailableError):
+    """The destination left its dynamic group (``shutdown()`` after ``init_rpc`` without a
+    world size): a call to it fails at once, naming it as departed."""
+
+
 class RpcShutdownError(RpcError):
     """Raised on calls still pending when the local agent shuts down without waiting."""
 
@@ -185,10 +193,11 @@ class RRefError(RpcError):
 
 
 class RRefLeakError(RRefError):
-    """Raised by ``shutdown`` when OwnerRRefs are still referenced and the leak check is strict.
+    """Raised by ``shutdown`` when an owner still knows forks of its OwnerRRefs after every
+    worker deleted its UserRRefs (PyTorch's RRef leak) and the leak check is strict.
 
     Attributes:
-        leaks: one line per OwnerRRef still held (RRefId, state, known forks, local references).
+        leaks: one line per fork still known (PyTorch's "Leaking RRef <id> with fork Id <id>").
     """
 
     def __init__(self, message: str, leaks: tuple[str, ...] = ()) -> None:

@@ -85,7 +85,7 @@ class _Lane:
             _abort(context, WorkerUnavailableError(f"worker {agent.name!r} is not running"))
 
     def _caller(self, context: grpc.ServicerContext) -> int:
-        return caller_from_metadata(context.invocation_metadata(), self._agent.world_size)
+        return caller_from_metadata(context.invocation_metadata(), self._agent.is_member)
 
     def _assemble(self, frame: Frame, caller: int) -> Any:
         return assemble_one(
@@ -142,7 +142,7 @@ class _Lane:
         def handle(request: Any, context: grpc.ServicerContext) -> Any:
             if isinstance(request, Undecodable):
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.error)
-            caller = caller_from_metadata(context.invocation_metadata(), self._agent.world_size)
+            caller = caller_from_metadata(context.invocation_metadata(), self._agent.is_member)
             return self._control(method, request, caller, context)
 
         return handle

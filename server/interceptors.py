@@ -29,8 +29,8 @@ _OPEN_PREFIXES = (
     "/grpc.reflection.v1alpha.ServerReflection/",
     "/grpc.reflection.v1.ServerReflection/",
 )
-_STREAM_IN = {"PythonCall", "RemoteCall", "PropagateGradients"}
-_STREAM_OUT = {"PythonCall", "FetchReply", "FetchRRef", "WatchControl"}
+_STREAM_IN = {"PythonCall", "CallStream", "CallPipe", "RemoteCall", "PropagateGradients"}
+_STREAM_OUT = {"PythonCall", "CallStream", "CallPipe", "FetchReply", "FetchRRef", "WatchControl"}
 
 
 def _rejecting_handler(method: str, status: grpc.StatusCode, details: str) -> grpc.RpcMethodHandler:

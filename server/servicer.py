@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
@@ -27,7 +27,9 @@ from gradwire._wire.framing import (
     decode_frame,
     encode_frame,
     one_frame,
+    pack_batch,
     split,
+    unpack_batch,
 )
 from gradwire.errors import (
     GradwireError,
@@ -65,20 +67,21 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}"
 
 
-def _caller_id(context: grpc.aio.ServicerContext, world_size: int) -> int:
-    return caller_from_metadata(context.invocation_metadata(), world_size)
+def _caller_id(context: grpc.aio.ServicerContext, is_member: Callable[[int], bool]) -> int:
+    return caller_from_metadata(context.invocation_metadata(), is_member)
 
 
-def caller_from_metadata(metadata: Any, world_size: int) -> int:
-    """The caller's worker id from metadata; -1 (anonymous) unless it names a cluster member,
-    so a forged id can never index the worker table (dist autograd remembers callers)."""
+def caller_from_metadata(metadata: Any, is_member: Callable[[int], bool]) -> int:
+    """The caller's worker id from metadata; -1 (anonymous) unless it names a cluster member
+    (``is_member``, the agent's), so a forged id can never index the worker table (dist
+    autograd remembers callers)."""
     for key, value in metadata or ():
         if key == CALLER_KEY:
             try:
                 caller = int(value)
             except ValueError:
                 break
-            return caller if 0 <= caller < world_size else -1
+            return caller if is_member(caller) else -1
     return -1
 
 
@@ -134,7 +137,7 @@ class WorkerServicer:
 
     async def Call(self, frame: Frame, context: grpc.aio.ServicerContext) -> Frame:  # noqa: N802
         callee = self._agent.callee
-        caller = _caller_id(context, self._agent.world_size)
+        caller = _caller_id(context, self._agent.is_member)
         try:
             callee.admit(caller)
         except GradwireError as exc:
@@ -157,10 +160,84 @@ class WorkerServicer:
             await _refuse(frame, context)
             yield await self.Call(frame, context)
 
+    async def CallPipe(  # noqa: N802
+        self, batches: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        """rpc_async's transport (worker.proto, ``calls.pipe``): every call frame of every
+        request batch is served at once, as ``Call`` would serve it, and the replies go back
+        in batches as they are ready. When the caller ends its requests, the pipe ends after
+        the last reply."""
+        caller = _caller_id(context, self._agent.is_member)
+        ready: list[bytes] = []
+        wake = asyncio.Event()
+        running = 0
+        tasks: set[asyncio.Future[None]] = set()
+
+        async def serve(frame: Frame) -> None:
+            nonlocal running
+            try:
+                ready.append(encode_frame(await self._pipe_reply(frame, caller)))
+            finally:
+                running -= 1
+                wake.set()
+
+        async def read() -> None:
+            nonlocal running
+            try:
+                async for batch in batches:
+                    # A malformed batch or frame (no call to answer) ends the pipe.
+                    for frame in map(decode_frame, unpack_batch(batch)):  # type: ignore[arg-type]
+                        running += 1
+                        task = asyncio.ensure_future(serve(frame))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+            finally:
+                wake.set()
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                if ready:
+                    out, ready[:] = pack_batch(ready), []
+                    yield out
+                if reader.done() and running == 0 and not ready:
+                    break
+            error = reader.exception()
+            if error is not None:
+                await self._fail(context, error)
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    async def _pipe_reply(self, frame: Frame, caller: int) -> Frame:
+        """The reply frame of one call frame of a pipe (an error reply for a refusal)."""
+        callee = self._agent.callee
+        call = frame.header.call
+        try:
+            callee.admit(caller)
+        except GradwireError as exc:
+            return one_frame(*callee.encode_error(call, exc))
+        reply: Any = None
+        try:
+            reply = await self._on_pool(callee.handle, frame, caller)
+            if isinstance(reply, Frame):  # the plain path's reply frame
+                return reply
+            return callee.reply_frame(reply, call, caller)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it as its call's error
+            reply = callee.encode_error(call, exc)
+            return one_frame(*reply)
+        finally:
+            callee.leave(caller, reply is None or failed_reply(reply))
+
     async def PythonCall(  # noqa: N802
         self, frames: AsyncIterator[Frame], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Frame]:
-        caller = _caller_id(context, self._agent.world_size)
+        caller = _caller_id(context, self._agent.is_member)
         try:
             self._agent.callee.admit(caller)
         except GradwireError as exc:
@@ -190,7 +267,7 @@ class WorkerServicer:
         self, request: pb.FetchReplyRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Frame]:
         reply = await self._agent.callee.take_parked_reply(
-            request.continuation, _caller_id(context, self._agent.world_size)
+            request.continuation, _caller_id(context, self._agent.is_member)
         )
         if reply is None:
             await context.abort(
@@ -258,7 +335,7 @@ class WorkerServicer:
             self._check_alive()
             value = await asyncio.wrap_future(
                 self._agent.pool.submit(
-                    handler, request, _caller_id(context, self._agent.world_size)
+                    handler, request, _caller_id(context, self._agent.is_member)
                 )
             )
             return await _await_value(value)
@@ -269,7 +346,7 @@ class WorkerServicer:
         self, method: str, frames: AsyncIterator[Frame], context: grpc.aio.ServicerContext
     ) -> Any:
         """Serve a stream-in control method (RemoteCall, PropagateGradients)."""
-        caller = _caller_id(context, self._agent.world_size)
+        caller = _caller_id(context, self._agent.is_member)
         asm = self._assembler(caller)
         try:
             async for frame in frames:
@@ -286,7 +363,7 @@ class WorkerServicer:
     ) -> Any:
         """Serve a control method whose message fits in one frame (Remote -> RemoteCall,
         Gradients -> PropagateGradients)."""
-        asm = self._assembler(_caller_id(context, self._agent.world_size))
+        asm = self._assembler(_caller_id(context, self._agent.is_member))
         try:
             if not isinstance(frame, Frame):  # a request that did not parse
                 raise SerializationError(str(getattr(frame, "error", "malformed frame")))
@@ -296,14 +373,29 @@ class WorkerServicer:
             await self._fail(context, exc)
         return await self.control(method, asm.message, context)
 
+    async def _fetch(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        """FetchRRef's Reply: made right here on the loop when the value is set and plain
+        (``RRefFetch.serve_now``: no user code runs, no hand-off to the pool and back), else
+        by the FetchRRef handler on the serving pool (which also answers every error)."""
+        fetch = getattr(self._agent.rref, "fetch", None)
+        if fetch is not None and isinstance(request, pb.FetchRequest):
+            try:
+                self._check_alive()
+                reply = fetch.serve_now(request, _caller_id(context, self._agent.is_member))
+            except Exception:  # noqa: BLE001 - the pool path answers, and reports it
+                reply = None
+            if reply is not None:
+                return reply
+        return await self.control("FetchRRef", request, context)
+
     async def fetch_one(self, request: Any, context: grpc.aio.ServicerContext) -> Frame:
         """Serve Fetch: the FetchRRef answer in one frame, or parked behind a continuation."""
-        first, buffers = await self.control("FetchRRef", request, context)
+        first, buffers = await self._fetch(request, context)
         size = sum(memoryview(b).nbytes for b in buffers)
         if size <= self._agent.options.single_frame_bytes:
             return one_frame(first, buffers)
         parked = self._agent.callee.park(
-            (first, buffers), _caller_id(context, self._agent.world_size), None
+            (first, buffers), _caller_id(context, self._agent.is_member), None
         )
         head = pb.FetchHeader(rref_id=first.fetch.rref_id, continuation=parked.reply.continuation)
         return Frame(pb.FrameHeader(fetch=head, payload=pb.Payload(), last=True), ())
@@ -312,7 +404,7 @@ class WorkerServicer:
         self, request: Any, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[Frame]:
         """Serve FetchRRef: the handler's Reply, streamed in frames."""
-        first, buffers = await self.control("FetchRRef", request, context)
+        first, buffers = await self._fetch(request, context)
         for out in split(first, buffers, self._agent.options.chunk_bytes):
             yield out
 
@@ -453,6 +545,7 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
         "Call": grpc.unary_unary_rpc_method_handler(unary(servicer.Call), f_in, f_out),
         "PythonCall": grpc.stream_stream_rpc_method_handler(python_call, f_in, f_out),
         "CallStream": grpc.stream_stream_rpc_method_handler(servicer.CallStream, f_in, f_out),
+        "CallPipe": grpc.stream_stream_rpc_method_handler(servicer.CallPipe),
         "FetchReply": grpc.unary_stream_rpc_method_handler(
             unary_stream(servicer.FetchReply), de(pb.FetchReplyRequest), f_out
         ),
@@ -470,6 +563,7 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
         "ChildAck": unary_control("ChildAck", pb.ChildAck),
         "RRefDelete": unary_control("RRefDelete", pb.RRefDelete),
         "ReleaseContext": unary_control("ReleaseContext", pb.ReleaseContextRequest),
+        "Members": unary_control("Members", pb.MemberUpdate),
         "RemoteCall": framed("RemoteCall"),
         "PropagateGradients": framed("PropagateGradients"),
         "Remote": grpc.unary_unary_rpc_method_handler(remote_one, f_in, ser),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._backend import array_module
+from ..errors import ArgumentError
 from ._base import Op, promoted, reduce_grad
 
 __all__ = [
@@ -24,10 +25,29 @@ __all__ = [
 ]
 
 
+def check_broadcast(sa: tuple[int, ...], sb: tuple[int, ...]) -> None:
+    """Raise PyTorch's error when shapes ``sa`` and ``sb`` do not broadcast together.
+
+    Raises:
+        ArgumentError: a dimension differs and neither size is 1 (a RuntimeError, as PyTorch's).
+    """
+    for i in range(1, min(len(sa), len(sb)) + 1):
+        x, y = sa[-i], sb[-i]
+        if x != y and x != 1 and y != 1:
+            raise ArgumentError(
+                f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                f"non-singleton dimension {max(len(sa), len(sb)) - i}: shapes {tuple(sa)} and "
+                f"{tuple(sb)} do not broadcast"
+            )
+
+
 class _Binary(Op):
     """Keeps only the shapes/dtypes of its inputs unless a subclass saves more."""
 
     def _shapes(self, a: Any, b: Any) -> None:
+        sa, sb = a._data.shape, b._data.shape
+        if sa != sb:
+            check_broadcast(sa, sb)
         if self._recording:  # plain attributes: cheaper than saved values, never stale
             self._meta = (a._data.shape, a._data.dtype, b._data.shape, b._data.dtype)
 

@@ -69,7 +69,7 @@ class DeviceMap(_message.Message):
     def __init__(self, devices: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TensorMeta(_message.Message):
-    __slots__ = ("dtype", "shape", "nbytes", "device", "target_device", "requires_grad", "shm", "kind")
+    __slots__ = ("dtype", "shape", "nbytes", "device", "target_device", "requires_grad", "shm", "kind", "strides")
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class TensorMeta(_message.Message):
     REQUIRES_GRAD_FIELD_NUMBER: _ClassVar[int]
     SHM_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    STRIDES_FIELD_NUMBER: _ClassVar[int]
     dtype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     nbytes: int
@@ -86,7 +87,8 @@ class TensorMeta(_message.Message):
     requires_grad: bool
     shm: SharedMemoryRef
     kind: str
-    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., device: _Optional[str] = ..., target_device: _Optional[str] = ..., requires_grad: bool = ..., shm: _Optional[_Union[SharedMemoryRef, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
+    strides: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., device: _Optional[str] = ..., target_device: _Optional[str] = ..., requires_grad: bool = ..., shm: _Optional[_Union[SharedMemoryRef, _Mapping]] = ..., kind: _Optional[str] = ..., strides: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SharedMemoryRef(_message.Message):
     __slots__ = ("name", "offset", "size", "seg_id", "ticket")
@@ -353,6 +355,20 @@ class BarrierReply(_message.Message):
     ok: bool
     missing: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, ok: bool = ..., missing: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MemberUpdate(_message.Message):
+    __slots__ = ("kind", "worker")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    worker: WorkerInfo
+    def __init__(self, kind: _Optional[str] = ..., worker: _Optional[_Union[WorkerInfo, _Mapping]] = ...) -> None: ...
+
+class MemberList(_message.Message):
+    __slots__ = ("workers",)
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
 
 class DebugInfoRequest(_message.Message):
     __slots__ = ()

@@ -53,6 +53,11 @@ class WorkerStub(object):
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
                 response_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
                 _registered_method=True)
+        self.CallPipe = channel.stream_stream(
+                '/gradwire.v1.Worker/CallPipe',
+                request_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+                response_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                _registered_method=True)
         self.FetchReply = channel.unary_stream(
                 '/gradwire.v1.Worker/FetchReply',
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.FetchReplyRequest.SerializeToString,
@@ -118,6 +123,11 @@ class WorkerStub(object):
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.BarrierRequest.SerializeToString,
                 response_deserializer=gradwire_dot___proto_dot_worker__pb2.BarrierReply.FromString,
                 _registered_method=True)
+        self.Members = channel.unary_unary(
+                '/gradwire.v1.Worker/Members',
+                request_serializer=gradwire_dot___proto_dot_worker__pb2.MemberUpdate.SerializeToString,
+                response_deserializer=gradwire_dot___proto_dot_worker__pb2.MemberList.FromString,
+                _registered_method=True)
         self.GetDebugInfo = channel.unary_unary(
                 '/gradwire.v1.Worker/GetDebugInfo',
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.DebugInfoRequest.SerializeToString,
@@ -159,6 +169,18 @@ class WorkerServicer(object):
         malformed frame, too many calls in flight) ends the stream with that status. Callers keep
         a few of these open per peer for rpc_sync: on an open stream a call costs one message each
         way instead of a whole unary call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CallPipe(self, request_iterator, context):
+        """rpc_async's transport: many single-frame calls in flight on one long-lived stream. Each
+        message in either direction is a batch of frames, each `[u32 little-endian N][N bytes of
+        frame]` (a frame as in `Call`); a request frame is a whole call, and its reply frame (exactly
+        what `Call` would return, ReplyHeader.message_id naming the call) comes back in some later
+        batch, in any order. A refusal of one call (too many in flight) is its reply's error; a bad
+        token or a malformed batch ends the stream with that status. Callers keep one per peer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -252,6 +274,13 @@ class WorkerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Members(self, request, context):
+        """Membership changes of a dynamic group (MemberUpdate.kind).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetDebugInfo(self, request, context):
         """Inspection.
         """
@@ -280,6 +309,11 @@ def add_WorkerServicer_to_server(servicer, server):
             ),
             'CallStream': grpc.stream_stream_rpc_method_handler(
                     servicer.CallStream,
+                    request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+                    response_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            ),
+            'CallPipe': grpc.stream_stream_rpc_method_handler(
+                    servicer.CallPipe,
                     request_deserializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
                     response_serializer=gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
             ),
@@ -347,6 +381,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.Barrier,
                     request_deserializer=gradwire_dot___proto_dot_worker__pb2.BarrierRequest.FromString,
                     response_serializer=gradwire_dot___proto_dot_worker__pb2.BarrierReply.SerializeToString,
+            ),
+            'Members': grpc.unary_unary_rpc_method_handler(
+                    servicer.Members,
+                    request_deserializer=gradwire_dot___proto_dot_worker__pb2.MemberUpdate.FromString,
+                    response_serializer=gradwire_dot___proto_dot_worker__pb2.MemberList.SerializeToString,
             ),
             'GetDebugInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDebugInfo,
@@ -442,6 +481,33 @@ class Worker(object):
             request_iterator,
             target,
             '/gradwire.v1.Worker/CallStream',
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
+            gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CallPipe(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/gradwire.v1.Worker/CallPipe',
             gradwire_dot___proto_dot_worker__pb2.FrameHeader.SerializeToString,
             gradwire_dot___proto_dot_worker__pb2.FrameHeader.FromString,
             options,
@@ -795,6 +861,33 @@ class Worker(object):
             '/gradwire.v1.Worker/Barrier',
             gradwire_dot___proto_dot_worker__pb2.BarrierRequest.SerializeToString,
             gradwire_dot___proto_dot_worker__pb2.BarrierReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Members(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gradwire.v1.Worker/Members',
+            gradwire_dot___proto_dot_worker__pb2.MemberUpdate.SerializeToString,
+            gradwire_dot___proto_dot_worker__pb2.MemberList.FromString,
             options,
             channel_credentials,
             insecure,

@@ -17,6 +17,7 @@ builds an Agent, starts a server for it and calls :meth:`Agent.join`. The RRef p
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import os
@@ -39,6 +40,8 @@ from ..errors import (
     RpcInitError,
     RpcNotInitializedError,
     RpcTimeoutError,
+    UnknownWorkerError,
+    WorkerDepartedError,
     WorkerUnavailableError,
 )
 from .calls.callee import Callee
@@ -47,10 +50,21 @@ from .calls.pool import ServingPool
 from .cluster.context import PeerTable, WorkerContext
 from .cluster.device_maps import DeviceMaps
 from .cluster.device_maps import publish as publish_devices
+from .cluster.device_maps import validate as validate_device_maps
 from .cluster.events import AgentState, ClusterEvents, ControlEvents
 from .cluster.liveness import Liveness
+from .cluster.membership import HOST_RANK, Membership, peer_from
 from .cluster.options import GrpcRpcBackendOptions
-from .cluster.rendezvous import BarrierHost, RendezvousHost, is_loopback, plan, route_to
+from .cluster.rendezvous import (
+    BarrierHost,
+    RendezvousHost,
+    is_loopback,
+    plan,
+    publish_address,
+    read_address,
+    route_to,
+    withdraw_address,
+)
 from .cluster.workers import Peer, WorkerInfo, host_id
 from .dist_autograd.service import DistAutogradService
 from .rref.calls import RRefCalls
@@ -58,7 +72,7 @@ from .rref.fetch import RRefFetch
 from .rref.service import RRefService
 from .transport.loop import io_loop, run_sync
 from .transport.shm_route import ShmRoutes
-from .transport.transport import Transport, map_rpc_error
+from .transport.transport import Transport, map_rpc_error, set_departed
 
 __all__ = [
     "Agent",
@@ -118,6 +132,8 @@ def set_current(agent: Agent | None, *, after_shutdown: bool = True) -> None:
 
 
 _SOCKET_DIR_PREFIX = "gw-"
+#: Seconds rank 0 keeps answering Join after the rendezvous failed (ranks still to come).
+_JOIN_FAILURE_GRACE = 10.0
 
 
 def sweep_socket_dirs(root: str | None = None) -> int:
@@ -171,21 +187,14 @@ def _is_socket(path: str) -> bool:
     return stat.S_ISSOCK(os.lstat(path).st_mode)
 
 
-def _peer(w: pb.WorkerInfo, my_host: str) -> Peer:
-    """The Peer record of member ``w`` as seen from a worker on host ``my_host``."""
-    local = w.host_id == my_host
-    dial = w.local_address if local and w.local_address else w.address
-    call_dial = w.local_call_address if local and w.local_call_address else dial
-    return Peer(w.name, w.id, w.address, w.host_id, w.local_address, dial, call_dial)
-
-
 class Agent:
     """State and services of one worker.
 
     Args:
         name: validated worker name.
-        rank: worker id in [0, world_size).
-        world_size: number of workers.
+        rank: worker id (in [0, world_size) in a fixed group).
+        world_size: number of workers; 0 for a dynamic group (``init_rpc`` without a world
+            size: workers join and leave while it runs, see ``cluster.membership``).
         options: backend options.
     """
 
@@ -204,7 +213,7 @@ class Agent:
         #: job ends (gradwire-worker --until job), reports SERVING to health checks while it
         #: waits there; any other shutdown reports NOT_SERVING from its start.
         self.serving_until_job = False
-        self.table = PeerTable(DeviceMaps(name, options.device_maps))
+        self.table = PeerTable(DeviceMaps(name, options.device_maps), world_size)
         self.ctx = WorkerContext(name, rank, world_size, options, self.policy, self.table)
         self.events = ClusterEvents()
         self.control_events = ControlEvents()
@@ -232,13 +241,14 @@ class Agent:
         self._stop_server: Callable[[float], None] | None = None
         self._check_security()
         self._build()
-        if rank == 0:
+        if rank == HOST_RANK:
             # Set up before the server starts, so that the first Join finds them.
             if self.token is None:
                 self.token, self.token_generated = secrets.token_hex(16), True
-            self.rendezvous = RendezvousHost(
-                world_size, uuid.uuid4().hex, self.token if self.token_generated else ""
-            )
+            if not self.ctx.dynamic:  # a dynamic group is hosted by self.membership
+                self.rendezvous = RendezvousHost(
+                    world_size, uuid.uuid4().hex, self.token if self.token_generated else ""
+                )
 
     def _build(self) -> None:
         """Build the services, each from what it uses, and wire them together."""
@@ -255,7 +265,8 @@ class Agent:
         )
         self.liveness = Liveness(ctx, self.transport, events, control)
         self.shm_routes = ShmRoutes(ctx, events)
-        for handlers in (self.rref.handlers, self.autograd.handlers):
+        self.membership = Membership(ctx, self.transport, events, control)
+        for handlers in (self.rref.handlers, self.autograd.handlers, self.membership.handlers):
             for method, handler in handlers.items():
                 self.register_control_handler(method, handler)
         # A lost peer: its pending calls fail first (naming it), then its channels close
@@ -266,6 +277,14 @@ class Agent:
         events.on_peer_lost(lambda peer, _why: self.autograd.on_peer_lost(peer.id))
         events.on_peer_lost(self._barriers_forget)
         events.on_peer_lost(lambda peer, _why: self.rref.on_peer_lost(peer.id))
+        events.on_peer_lost(lambda peer, _why: self.membership.forget_lost(peer))
+        # Dynamic groups: a member that joined is watched and reachable at once; one that left
+        # is departed: calls to it fail at once naming it so, its dist-autograd contexts are
+        # released, the RRef service stops waiting for it. Calls already sent to it are not
+        # failed: it answers them before it stops (what is still pending when its connection
+        # closes fails then).
+        events.on_peer_joined(self._welcome)
+        events.on_peer_left(self._farewell)
 
     def _serving(self) -> bool:
         return self.events.state not in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED)
@@ -277,6 +296,28 @@ class Agent:
         self.transport.drop(peer.dial)
         if peer.call_dial != peer.dial:
             self.transport.drop(peer.call_dial)
+
+    def _welcome(self, peer: Peer) -> None:
+        set_departed(peer.name, False)
+        self.liveness.watch(peer)
+
+    def _farewell(self, peer: Peer) -> None:
+        set_departed(peer.name, True)
+        self.autograd.on_peer_lost(peer.id)
+        self.rref.on_peer_lost(peer.id)
+        self.liveness.watch_departure(peer, self._departed_gone)
+
+    def _departed_gone(self, peer: Peer) -> None:
+        """A departed worker's connection closed: it answers nothing more."""
+        if peer.id in self.table and self.table[peer.id] == peer:
+            return  # it came back (a new worker under its rank)
+        self.caller.fail_peer(
+            peer.id,
+            f"worker {peer.name!r} has departed (it left the group with shutdown())",
+            WorkerDepartedError,
+        )
+        if all(p.dial != peer.dial for p in self.peers):
+            self._drop_channels(peer, "departed")
 
     def _barriers_forget(self, peer: Peer, _why: str) -> None:
         if self.barriers is not None:  # rank 0: the shutdown barriers stop waiting for it
@@ -363,8 +404,33 @@ class Agent:
         return self.table.name_of(worker_id)
 
     def resolve(self, to: Any) -> Peer:
-        """Destination (name, WorkerInfo or rank) -> Peer; raises UnknownWorkerError."""
+        """Destination (name, WorkerInfo or rank) -> Peer.
+
+        In a dynamic group a destination not known here is looked up at the host first (it
+        may have joined a moment ago).
+
+        Raises:
+            WorkerDepartedError: it left the group.
+            UnknownWorkerError: no member has that name or rank.
+        """
+        try:
+            return self.table.resolve(to)
+        except WorkerDepartedError:
+            raise
+        except UnknownWorkerError:
+            if not self.ctx.dynamic or not isinstance(to, (str, int, WorkerInfo)):
+                raise
+            if not self.membership.lookup(min(5.0, self.options.rpc_timeout or 5.0)):
+                raise
         return self.table.resolve(to)
+
+    def is_member(self, worker_id: int) -> bool:
+        """Whether ``worker_id`` names a member (what a caller id in metadata may be)."""
+        if not self.ctx.dynamic:
+            return 0 <= worker_id < self.world_size
+        # Before its table is filled a joining worker can be called already (the host told
+        # the members first); the token was checked, so a caller's id is believed then.
+        return worker_id in self.table or (worker_id >= 0 and not self.is_ready())
 
     def timeout_of(self, timeout: float) -> float | None:
         """A verb's timeout argument -> seconds or None (-1: the default, 0: none)."""
@@ -393,13 +459,27 @@ class Agent:
         )
         publish_devices(me, self.options.device_maps, self.options.devices)
         timeout = self.options.init_timeout
-        if self.rank == 0:
+        if self.plan.store_file:
+            self._file_rendezvous(timeout)
+        if self.rank == HOST_RANK and self.ctx.dynamic:
+            problems = validate_device_maps([me], dynamic=True)
+            if problems:
+                raise RpcInitError("invalid device maps: " + "; ".join(problems) + " (docs/gpu.md)")
+            reply = pb.JoinReply(workers=[me], session=uuid.uuid4().hex)
+        elif self.rank == HOST_RANK:
             assert self.rendezvous is not None
             run_sync(self._add_self(me), timeout)
             try:
                 reply = run_sync(self.rendezvous.wait(timeout), timeout + 5)
             except TimeoutError as exc:
                 raise RpcInitError(f"rendezvous timed out after {timeout} s") from exc
+            except RpcInitError:
+                # Ranks still to come learn why it failed (as in PyTorch, every rank raises
+                # the reason: a duplicate name "is not unique"), not that rank 0 is gone.
+                if self.rendezvous.error:
+                    grace = min(timeout, _JOIN_FAILURE_GRACE)
+                    run_sync(self.rendezvous.linger(grace), grace + 5)
+                raise
         else:
             started = time.monotonic()
             try:
@@ -424,10 +504,11 @@ class Agent:
         self.transport.set_token(self.token, self.rank)
         self.session = reply.session
         self.table.fill(
-            [_peer(w, me.host_id) for w in reply.workers],
+            [peer_from(w, me.host_id) for w in reply.workers],
             DeviceMaps(self.name, self.options.device_maps, reply.workers),
         )
-        if self.rank == 0:
+        self.membership.start(list(reply.workers), me.host_id)
+        if self.rank == HOST_RANK and not self.ctx.dynamic:
             self.barriers = BarrierHost({p.id: p.name for p in self.peers})
         self.liveness.start()
         # RUNNING before ready: a peer's call admitted by the ready gate may at once ask for
@@ -437,12 +518,43 @@ class Agent:
         self._ready_flag.set()
         log.info("worker %s (rank %d) joined session %s", self.name, self.rank, self.session)
 
+    def _file_rendezvous(self, timeout: float) -> None:
+        """``file://``: rank 0 writes its address to the file; the others read it (their
+        master) before they join."""
+        if self.rank == HOST_RANK:
+            publish_address(self.plan.store_file, self.address)
+        else:
+            master = read_address(self.plan.store_file, timeout)
+            self.plan = dataclasses.replace(self.plan, master=master)
+
     async def _add_self(self, me: pb.WorkerInfo) -> None:
         assert self.rendezvous is not None
         self.rendezvous.add(me, self.world_size)
 
     async def serve_join(self, request: pb.JoinRequest) -> pb.JoinReply:
         """Rank 0's Join handler (on the I/O loop). Raises RpcInitError."""
+        who = request.worker.name
+        if request.world_size == 0 and not self.ctx.dynamic and self.rank == HOST_RANK:
+            raise RpcInitError(
+                f"worker {who!r} joins without a world size (a dynamic group), but rank 0 "
+                f"({self.name!r}) hosts a fixed group of {self.world_size} workers; give it "
+                f"world_size={self.world_size}"
+            )
+        if request.world_size != 0 and self.ctx.dynamic and self.rank == HOST_RANK:
+            raise RpcInitError(
+                f"worker {who!r} expects world_size {request.world_size}, but rank 0 "
+                f"({self.name!r}) hosts a dynamic group (started without a world size); start "
+                "it without world_size to join"
+            )
+        if self.ctx.dynamic and self.rank == HOST_RANK:
+            if not await self.wait_ready(self.options.init_timeout):
+                raise RpcInitError(f"the group's host {self.name!r} has not started yet")
+            workers = await self.membership.serve_join(request.worker)
+            return pb.JoinReply(
+                workers=workers,
+                session=self.session,
+                token=self.token if self.token_generated and self.token else "",
+            )
         if self.rendezvous is None:
             raise RpcInitError(
                 f"worker {self.name!r} (rank {self.rank}) does not host the rendezvous"
@@ -473,8 +585,26 @@ class Agent:
                 exc, self.peers[0].name, "shutdown barrier", started, timeout
             ) from exc
 
-    def shutdown(self, graceful: bool, timeout: float) -> None:
+    def shutdown(
+        self,
+        graceful: bool,
+        timeout: float,
+        drain_rrefs: Callable[[float], object] | None = None,
+        leak_check: str | None = None,
+        meet_peers: Callable[[float], object] | None = None,
+    ) -> None:
         """Stop this agent. Graceful: drain own calls, meet every peer at a barrier, then stop.
+
+        Args:
+            graceful: drain and meet the peers first.
+            timeout: seconds for the graceful part.
+            drain_rrefs: called with the deadline (monotonic) to settle the RRef protocol and
+                delete every UserRRef (default ``self.rref.drain``; PyTorch's tests replace
+                it through ``rpc.api._delete_all_user_and_unforked_owner_rrefs``).
+            leak_check: "error", "warn" or "off" instead of the ``rref_leak_check`` option.
+            meet_peers: called with the deadline (monotonic) to meet every worker once this
+                one has no call of its own pending (default: the "shutdown" barrier; the rpc
+                api passes PyTorch's ``rpc.api._wait_all_workers`` gather).
 
         Raises:
             RpcTimeoutError: graceful shutdown did not complete in ``timeout`` (the agent is
@@ -495,14 +625,10 @@ class Agent:
                         self.name,
                         timeout,
                     )
-                self._meet("shutdown", deadline, timeout)
-                # Every user call is answered now, so no new fork can arrive: settle the RRef
-                # confirmations, send the deletes of every UserRRef and have them answered;
-                # once every worker did (a second barrier), owners hold only what leaked.
-                self.rref.drain(deadline)
-                self._meet("rref-drain", deadline, timeout)
-                self.callee.wait_idle(deadline - time.monotonic())
-                problem = self.rref.check_leaks()
+                if self.ctx.dynamic:  # the others go on: leave without meeting them
+                    problem = self._leave(deadline, drain_rrefs, leak_check)
+                else:
+                    problem = self._meet_all(deadline, timeout, drain_rrefs, leak_check, meet_peers)
             except (RpcTimeoutError, WorkerUnavailableError) as exc:
                 problem = exc
             except Exception as exc:  # stop anyway, report
@@ -510,6 +636,57 @@ class Agent:
         self._stop(grace=max(0.0, min(2.0, deadline - time.monotonic())) if graceful else 0.0)
         if problem is not None:
             raise problem
+
+    def _meet_all(
+        self,
+        deadline: float,
+        timeout: float,
+        drain_rrefs: Callable[[float], object] | None,
+        leak_check: str | None,
+        meet_peers: Callable[[float], object] | None,
+    ) -> Exception | None:
+        """Stop a fixed group together (own calls are answered); the leak check's error."""
+        if meet_peers is None:
+            self._meet("shutdown", deadline, timeout)
+        else:
+            meet_peers(deadline)
+        # Every user call is answered now, so no new fork can arrive: settle the RRef
+        # confirmations, send the deletes of every UserRRef and have them answered;
+        # once every worker did (a second barrier), owners hold only what leaked.
+        (drain_rrefs or self.rref.drain)(deadline)
+        self._meet("rref-drain", deadline, timeout)
+        self.callee.wait_idle(deadline - time.monotonic())
+        return self.rref.check_leaks(leak_check)
+
+    def _leave(
+        self,
+        deadline: float,
+        drain_rrefs: Callable[[float], object] | None,
+        leak_check: str | None,
+    ) -> Exception | None:
+        """Leave a dynamic group (own calls are answered): settle this worker's RRefs (forks
+        confirmed, every UserRRef deleted, the forks of its OwnerRRefs given back by their
+        holders, until ``deadline``), tell the group, finish serving; the leak check's error."""
+        drain = drain_rrefs or self.rref.drain
+        drain(deadline)
+        self._wait_owned_released(deadline)
+        self.membership.leave(max(0.5, deadline - time.monotonic()))
+        self.callee.wait_idle(deadline - time.monotonic())
+        # Calls served while leaving may have brought forks: delete them too, and give their
+        # holders a moment for the forks of this worker's RRefs they were sent meanwhile.
+        drain(deadline)
+        self._wait_owned_released(min(deadline, time.monotonic() + 2.0))
+        return self.rref.check_leaks(leak_check)
+
+    def _wait_owned_released(self, deadline: float) -> None:
+        said = False
+        while any(leak.forks for leak in self.rref.protocol.leaked_owner_rrefs()):
+            if not said:
+                log.info("%s leaves once other workers delete its RRefs", self.name)
+                said = True
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.02)
 
     def _meet(self, name: str, deadline: float, timeout: float) -> None:
         reply = self.barrier(name, max(0.001, deadline - time.monotonic()))
@@ -522,7 +699,11 @@ class Agent:
             )
 
     def _stop(self, grace: float) -> None:
+        if self.plan.store_file and self.rank == HOST_RANK and self.address:
+            withdraw_address(self.plan.store_file, self.address)
         self.liveness.stop()
+        for peer in self.table.departed.values():
+            set_departed(peer.name, False)
         self.autograd.close()
         self.rref.close()
         self.caller.fail_all(f"RPC agent of {self.name!r} shut down while the call was pending")

@@ -7,6 +7,7 @@ and RemoteError). Otherwise it gets a plain RemoteError carrying the same inform
 
 from __future__ import annotations
 
+import inspect
 import io
 import logging
 import pickle
@@ -80,6 +81,20 @@ def encode_exception(exc: BaseException, worker: str) -> pb.RemoteException:
     )
 
 
+def _unconstructible(cls: type, args: tuple[Any, ...]) -> str:
+    """Why ``cls(*args)`` would fail for want of the right arguments ("" when it would not, or
+    when the signature cannot be read); judged on the signature alone, no code runs."""
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return ""
+    try:
+        signature.bind(*args)
+    except TypeError as exc:
+        return f"{cls.__qualname__}.__init__(): {exc}."
+    return ""
+
+
 def decode_exception(
     err: pb.RemoteException, policy: CallablePolicy, worker: str = ""
 ) -> BaseException:
@@ -105,6 +120,15 @@ def decode_exception(
             return fallback
         if cls is RemoteError or issubclass(cls, RemoteError):
             return fallback
+        why = _unconstructible(cls, args)
+        if why:  # PyTorch rebuilds with cls(*args) and reports this failure, so does gradwire
+            return RemoteError(
+                err.type_name,
+                "Failed to create original exception type. Error msg was "
+                f"{why} Original exception on remote side was {err.type_name}: {err.message}",
+                err.traceback,
+                err.worker,
+            )
         dual = remote_error_type(cls)
         exc = _layout_base(dual).__new__(dual, *args)  # no __init__: its signature may differ
         exc.args = args

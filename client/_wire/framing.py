@@ -31,6 +31,8 @@ __all__ = [
     "decode_frame",
     "split",
     "assemble_one",
+    "pack_batch",
+    "unpack_batch",
     "ALLOWED_DTYPES",
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_SINGLE_FRAME_BYTES",
@@ -106,6 +108,31 @@ def decode_frame(data: bytes) -> Frame:
     return Frame(header, (view[_LEN.size + n :],))
 
 
+def pack_batch(frames: Sequence[bytes]) -> bytes:
+    """Encoded frames as one ``CallPipe`` message: each ``[u32 little-endian N][N bytes]``."""
+    return b"".join(part for f in frames for part in (_LEN.pack(len(f)), f))
+
+
+def unpack_batch(data: bytes) -> list[memoryview]:
+    """The encoded frames of a ``CallPipe`` message (views into ``data``, no copies).
+
+    Raises:
+        SerializationError: the message is not a well-formed batch.
+    """
+    view = memoryview(data)
+    frames, at, end = [], 0, len(view)
+    while at < end:
+        if end - at < _LEN.size:
+            raise SerializationError("truncated batch: a frame's length prefix is cut short")
+        (n,) = _LEN.unpack_from(view, at)
+        at += _LEN.size
+        if n > end - at:
+            raise SerializationError(f"truncated batch: a frame of {n} bytes, {end - at} left")
+        frames.append(view[at : at + n])
+        at += n
+    return frames
+
+
 def one_frame(first: pb.FrameHeader, buffers: Sequence[Any]) -> Frame:
     """The whole message as one frame (what :func:`split` yields when it all fits)."""
     first.offset = 0
@@ -148,6 +175,33 @@ def split(first: pb.FrameHeader, buffers: Sequence[Any], chunk_bytes: int) -> It
         if offset >= total:
             return
         header = pb.FrameHeader()
+
+
+def _check_layout(meta: pb.TensorMeta, itemsize: int, count: int) -> None:
+    """A view sent with its strides must address only the bytes it carries.
+
+    Raises:
+        SerializationError: strides that do not fit the shape, are negative, or reach past
+            the data (the view would read memory the message does not hold).
+    """
+    shape, strides = tuple(meta.shape), tuple(meta.strides)
+    if (
+        len(strides) != len(shape)
+        or any(s < 0 for s in strides)
+        or count == 0
+        or meta.HasField("shm")
+        or meta.nbytes <= 0
+        or meta.nbytes % itemsize
+    ):
+        raise SerializationError(
+            f"tensor of shape {shape} with strides {strides} and {meta.nbytes} bytes is malformed"
+        )
+    last = sum((d - 1) * s for d, s in zip(shape, strides))  # exact: Python ints
+    if last >= meta.nbytes // itemsize:
+        raise SerializationError(
+            f"tensor of shape {shape} with strides {strides} reaches element {last}, past the "
+            f"{meta.nbytes // itemsize} it carries"
+        )
 
 
 def assemble_one(frame: Frame, max_bytes: int, peer: str = "") -> Message:
@@ -243,7 +297,9 @@ class Assembler:
                 )
             dt = np.dtype(meta.dtype)
             count = math.prod(meta.shape)  # Python ints: no int64 wraparound
-            if meta.nbytes != count * dt.itemsize:
+            if meta.strides:
+                _check_layout(meta, dt.itemsize, count)
+            elif meta.nbytes != count * dt.itemsize:
                 raise SerializationError(
                     f"tensor of shape {tuple(meta.shape)} and dtype {meta.dtype} announced "
                     f"{meta.nbytes} bytes"
@@ -268,6 +324,15 @@ class Assembler:
         for meta, dt in sizes:
             if meta.HasField("shm"):  # same-host fast path: the bytes are in shared memory
                 arrays.append(shm.receive(meta))
+                continue
+            if meta.strides:  # a view with its layout: the run of memory it spans
+                run = np.empty(meta.nbytes // dt.itemsize, dtype=dt)
+                arrays.append(
+                    np.lib.stride_tricks.as_strided(
+                        run, tuple(meta.shape), tuple(s * dt.itemsize for s in meta.strides)
+                    )
+                )
+                self._regions.append((meta.nbytes, byte_view(run)))
                 continue
             arr = np.empty(tuple(meta.shape), dtype=dt)
             arrays.append(arr)

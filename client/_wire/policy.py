@@ -385,7 +385,9 @@ class CallablePolicy:
         except (ImportError, AttributeError) as exc:
             where = f" on worker {worker!r}" if worker else ""
             raise SerializationError(
-                f"{what} {module}:{qualname} does not resolve{where}: {exc}"
+                "RPC pickler does not serialize function code. Ensure that UDFs are defined "
+                f"on both caller and callee modules: {what} {module}:{qualname} does not "
+                f"resolve{where}: {exc}"
             ) from exc
         verdict = self.verdict_of(obj)
         if verdict is Verdict.REFUSED:

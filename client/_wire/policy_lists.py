@@ -261,6 +261,7 @@ gradwire.nn: L1Loss
 gradwire.nn:L1Loss. forward
 gradwire.nn.functional: l1_loss
 gradwire.distributed.rpc._gather: _gather_put    # the leader's side of rpc.api._all_gather
+gradwire.distributed.rpc._gather: _deliver_round    # a follower's side of rpc.api._all_gather
 gradwire.autograd: is_anomaly_enabled is_anomaly_check_nan_enabled is_multithreading_enabled
 gradwire.autograd.anomaly_mode: AnomalyError
 # nn layers: normalisation, activations, containers, losses, Module state; distributions
@@ -297,9 +298,10 @@ gradwire.nn:AvgPool2d. extra_repr forward
 gradwire.nn:AdaptiveAvgPool2d. extra_repr forward
 gradwire.nn.functional: adaptive_avg_pool2d avg_pool2d conv2d max_pool2d
 # nn embeddings, recurrent layers, dropout (client/nn/sparse.py, rnn.py, dropout.py)
-gradwire.nn: Dropout Dropout2d Embedding GRU GRUCell LSTM LSTMCell RNN RNNBase RNNCell
+gradwire.nn: Dropout Dropout2d Embedding EmbeddingBag GRU GRUCell LSTM LSTMCell RNN RNNBase RNNCell
     RNNCellBase
 gradwire.nn:Embedding. extra_repr forward from_pretrained reset_parameters
+gradwire.nn:EmbeddingBag. extra_repr forward from_pretrained reset_parameters
 gradwire.nn:RNNBase. extra_repr flatten_parameters forward reset_parameters
 gradwire.nn:RNNCellBase. extra_repr reset_parameters
 gradwire.nn:RNN. extra_repr
@@ -308,7 +310,7 @@ gradwire.nn:LSTMCell. forward
 gradwire.nn:GRUCell. forward
 gradwire.nn:Dropout. extra_repr forward
 gradwire.nn:Dropout2d. extra_repr forward
-gradwire.nn.functional: dropout dropout2d embedding
+gradwire.nn.functional: dropout dropout2d embedding embedding_bag
 gradwire.autograd: Function FunctionCtx backward enable_grad grad gradcheck gradgradcheck
     inference_mode is_grad_enabled is_inference_mode_enabled no_grad once_differentiable
     set_grad_enabled
@@ -320,14 +322,15 @@ gradwire.futures:Future. done exception value wait
 gradwire.errors: ArgumentError AuthenticationError CallbackError FuturePicklingError GradwireError InvalidFutureStateError
     MessageTooLargeError PolicyError RRefError RRefLeakError RemoteError RpcError RpcInitError
     RpcNotInitializedError RpcShutdownError RpcTimeoutError SerializationError
-    TooManyRequestsError UnknownWorkerError WorkerUnavailableError
+    TooManyRequestsError UnknownWorkerError WorkerDepartedError WorkerUnavailableError
 
 # -- gradwire: the RPC helpers that only read state --------------------------------------------
 gradwire.distributed.rpc: RRef WorkerInfo get_debug_info get_rpc_timeout get_worker_info
-    is_available is_initialized
+    get_worker_infos is_available is_initialized
 gradwire.distributed.rpc:RRef. backward confirmed_by_owner is_owner local_value owner owner_name
     to_here
 gradwire.distributed.rpc.functions: async_execution
+gradwire.distributed.rpc.internal: PythonUDF    # a record (func, args, kwargs): a namedtuple
 gradwire.distributed.autograd: ContextError backward context get_gradients is_available
 # gradwire's exceptions defined in private modules: they travel back to callers with their type
 gradwire._runtime.rref.errors: RRefProtocolError UnknownRRefError
@@ -410,6 +413,7 @@ gradwire.distributed.rpc:RRef. rpc_sync rpc_async remote
 gradwire.distributed.optim: DistributedOptimizer
 gradwire.distributed.nn: RemoteModule
 gradwire:Tensor. share_memory_
+gradwire: save load    # files
 gradwire.cli: *
 gradwire.server: *
 gradwire.demo: *
@@ -431,6 +435,8 @@ ENTRY_POINTS: frozenset[str] = frozenset(
     {
         "gradwire.distributed.rpc.rref:_call_method",
         "gradwire.distributed.rpc.rref:_backward_on_owner",
+        # returns only type(value) of an RRef the caller holds (RRef._get_type of a user)
+        "gradwire.distributed.rpc.rref:_rref_typeof_on_owner",
         "gradwire.distributed.optim.optimizer:_new_local_optimizer",
         "gradwire.distributed.optim.optimizer:_local_step",
         "gradwire.distributed.nn.remote_module:_ready_module",

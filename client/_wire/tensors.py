@@ -1,7 +1,9 @@
 """Tensors and ndarrays <-> (TensorMeta, raw buffer): data never goes through pickle.
 
-A non-contiguous view is made contiguous first, so only its own elements travel and it arrives
-with its shape. A large tensor for a peer on the same host goes through shared memory instead
+A non-contiguous view keeps its layout where PyTorch's does (its storage is under 8 KiB, or under
+twice its elements): the memory its elements span travels with its strides
+(``TensorMeta.strides``) and it arrives as a view of the same shape and strides. Any other
+view is made contiguous first, so only its own elements travel. A large tensor for a peer on the same host goes through shared memory instead
 (:mod:`gradwire._wire.shm`). GPU (CuPy) arrays need an entry for their device in the map of their
 direction (the caller's map for a request, its inverse for a reply or gradients;
 ``gradwire._runtime.cluster.device_maps``); without one the error is immediate and says which worker's
@@ -106,6 +108,12 @@ def pack(
         requires_grad=requires_grad,
         kind=kind,
     )
+    layout = _layout_span(arr) if device == "cpu" else None
+    if layout is not None:  # travels with its strides, in the stream
+        span, strides = layout
+        meta.nbytes = span.nbytes
+        meta.strides.extend(strides)
+        return meta, byte_view(span)
     ref = shm.offer(peer, arr)  # same-host peer: a copy in shared memory, no bytes in the stream
     if ref is not None:
         meta.shm.CopyFrom(ref)
@@ -117,6 +125,32 @@ try:  # the bytes [low, high) an array's elements span, as NumPy computes them
     from numpy.lib.array_utils import byte_bounds as _extent  # NumPy >= 2
 except ImportError:  # NumPy 1.26
     from numpy import byte_bounds as _extent  # type: ignore[attr-defined,no-redef]
+
+
+#: PyTorch's rule for a view: its storage travels, keeping the layout, unless the storage is
+#: at least this many bytes and at least twice the view's (then a contiguous copy travels).
+_RECOPY_MIN_BYTES = 8 * 1024
+_RECOPY_MIN_MULTIPLE = 2
+
+
+def _layout_span(arr: np.ndarray) -> tuple[np.ndarray, list[int]] | None:
+    """A non-contiguous view that keeps its layout on the wire (PyTorch's rule): the memory
+    its elements span, as one contiguous run from its first element, and its strides in
+    elements; None when it travels as a contiguous copy."""
+    if arr.flags.c_contiguous or arr.size == 0:
+        return None
+    item = arr.itemsize
+    if any(s < 0 or s % item for s in arr.strides):
+        return None
+    lo, hi = _extent(arr)
+    owner = _owner_extent(arr)
+    storage = owner[1] - owner[0] if owner is not None else hi - lo
+    if storage >= _RECOPY_MIN_BYTES and storage >= _RECOPY_MIN_MULTIPLE * arr.nbytes:
+        return None
+    # Within the allocation (check_within_base ran): every stride is >= 0, so the first
+    # element is the lowest address and the run ends at the last element.
+    span = np.lib.stride_tricks.as_strided(arr, shape=((hi - lo) // item,), strides=(item,))
+    return span, [s // item for s in arr.strides]
 
 
 def _owner_extent(arr: np.ndarray) -> tuple[int, int] | None:

@@ -28,11 +28,14 @@ __all__ = [
     "execute",
     "GraphTask",
     "RootEdge",
+    "LeafSink",
     "set_multithreading_enabled",
     "is_multithreading_enabled",
 ]
 
 RootEdge = tuple[Node, int, "Tensor"]
+#: ``leaf_sink(leaf, grad, owned)``: receives leaf gradients instead of ``.grad`` (see execute).
+LeafSink = Callable[["Tensor", "Tensor", bool], None]
 _accumulate_lock = threading.Lock()
 _GRAD_REFS = (
     4  # see _unshared: list slot + _accumulate's argument + getrefcount + _unshared's argument
@@ -110,7 +113,7 @@ class GraphTask:
         self,
         retain_graph: bool,
         create_graph: bool,
-        leaf_sink: Callable[[Tensor, Tensor], None] | None = None,
+        leaf_sink: LeafSink | None = None,
     ) -> None:
         self.retain_graph = retain_graph
         self.create_graph = create_graph
@@ -208,7 +211,7 @@ def execute(
     retain_graph: bool,
     create_graph: bool,
     capture: list[tuple[Node | None, int]] | None = None,
-    leaf_sink: Callable[[Tensor, Tensor], None] | None = None,
+    leaf_sink: LeafSink | None = None,
     extra_roots: Iterable[Node] = (),
 ) -> list[Any]:
     """Run a backward pass from ``roots`` (node, output_nr, gradient).
@@ -219,8 +222,10 @@ def execute(
         create_graph: record the backward pass itself (higher-order gradients).
         capture: if given, compute only gradients flowing into these edges and return them
             (``autograd.grad``); leaves are not accumulated.
-        leaf_sink: if given, called as ``leaf_sink(leaf, grad)`` instead of accumulating into
-            ``leaf.grad`` (distributed autograd's per-context store).
+        leaf_sink: if given, called as ``leaf_sink(leaf, grad, owned)`` instead of
+            accumulating into ``leaf.grad`` (distributed autograd's per-context store);
+            ``owned``: nothing but the engine holds ``grad`` or its buffer, so the sink may keep
+            it without a copy (the rule ``.grad`` follows, see ``_unshared``).
         extra_roots: nodes that start with no gradient but count as roots for dependencies
             (distributed autograd's send functions).
 
@@ -290,8 +295,13 @@ def _run_node_here(
         if task.needed is not None and node not in task.needed:
             return (None,) * len(node.next_functions)
     if isinstance(node, AccumulateGrad):
-        if task.capture is None and grads[0] is not None:
-            _accumulate(node.variable, grads[0], task.create_graph, leaf_sink)
+        if task.capture is None:
+            if grads[0] is not None:
+                _accumulate(node.variable, grads[0], task.create_graph, leaf_sink)
+            # PyTorch calls them with no outputs (AccumulateGrad has none), also in a
+            # distributed pass, where the gradient went to the context instead of .grad.
+            for fn in list(node._post_hooks or ()):
+                fn((), tuple(grads))
         return ()
     if not node.run_without_grads and all(g is None for g in grads):
         return (None,) * len(node.next_functions)
@@ -346,7 +356,8 @@ def _accumulate(leaf: Tensor, grad: Tensor, create_graph: bool, leaf_sink: Any) 
             f"Function AccumulateGrad returned an invalid gradient - got {list(grad.shape)} but expected shape compatible with {list(leaf.shape)}"
         )
     if leaf_sink is not None:
-        leaf_sink(leaf, grad)
+        owned = _unshared(grad)  # first: the call below holds grad on the stack while it runs
+        leaf_sink(leaf, grad, owned)
         return
     with _accumulate_lock:
         cur = leaf._grad

@@ -10,6 +10,10 @@ trainer reaches the target accuracy.
 
 On an existing cluster (``gradwire run``), ``gradwire.demo:job`` runs the same job from the
 driver with workers named "ps" and "trainer0", "trainer1", ...
+
+Elastic mode (:mod:`gradwire.demo.elastic`): ``gradwire run gradwire.demo.elastic:job`` hosts a
+dynamic group; trainers (``python -m gradwire.demo.member``, compose's scalable ``trainer``
+service) join and leave while it runs and take part from the next epoch.
 """
 
 from __future__ import annotations

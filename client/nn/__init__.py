@@ -25,7 +25,7 @@ from .normalization import BatchNorm1d, BatchNorm2d, LayerNorm
 from .parameter import Parameter
 from .pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNBase, RNNCell, RNNCellBase
-from .sparse import Embedding
+from .sparse import Embedding, EmbeddingBag
 
 __all__ = [
     "Conv2d",
@@ -35,6 +35,7 @@ __all__ = [
     "Dropout",
     "Dropout2d",
     "Embedding",
+    "EmbeddingBag",
     "RNNBase",
     "RNN",
     "LSTM",

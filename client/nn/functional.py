@@ -7,6 +7,7 @@ from typing import Any
 
 from .._ops.dropout import dropout, dropout2d
 from .._ops.embedding import embedding
+from .._ops.embedding_bag import embedding_bag
 from .._tensor import Tensor
 from ._losses import cross_entropy, nll_loss
 from ._norm import batch_norm, layer_norm
@@ -21,6 +22,7 @@ __all__ = [
     "dropout",
     "dropout2d",
     "embedding",
+    "embedding_bag",
     "batch_norm",
     "layer_norm",
     "flatten",

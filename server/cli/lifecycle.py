@@ -90,10 +90,10 @@ def join(cfg: WorkerConfig, stops: StopSignals, prog: str) -> int | None:
 
     me = _agent.current()
     log.info(
-        "worker %s (rank %d of %d) joined session %s, serving on %s",
+        "worker %s (rank %d of %s) joined session %s, serving on %s",
         me.name,
         me.rank,
-        me.world_size,
+        me.world_size or "a dynamic group",
         me.session,
         me.address,
     )

@@ -65,13 +65,15 @@ def serve(cfg: WorkerConfig, prog: str = "gradwire-worker") -> int:
     code = join(cfg, stops, prog)
     if code is not None:
         return code
-    if cfg.until == "job":
+    if cfg.until == "job" and cfg.world_size is not None:
         # As a PyTorch worker: enter the shutdown barrier at once and keep serving until every
         # worker (the driver last) arrived there.
         timeout = cfg.job_timeout or NO_TIMEOUT_SECONDS
         _agent.current("gradwire-worker").serving_until_job = True  # health: SERVING meanwhile
         task = Background(lambda: rpc.shutdown(graceful=True, timeout=timeout), "gw-leave")
         return wait_for(task, "leaving with the job", stops, cfg.shutdown_timeout)
+    # --until signal, or a member of a dynamic group (no job end to wait for): serve until
+    # SIGTERM, then leave (a dynamic member leaves the group without waiting for the others).
     while not stops.event.wait(1.0):
         pass
     log.info("stop signal %s: graceful shutdown", stops.signum)

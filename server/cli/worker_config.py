@@ -111,7 +111,12 @@ JOIN_SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("rank", "--rank", "GRADWIRE_RANK", "worker id in [0, world size)", _non_negative_int),
     Setting(
-        "world_size", "--world-size", "GRADWIRE_WORLD_SIZE", "number of workers", _positive_int
+        "world_size",
+        "--world-size",
+        "GRADWIRE_WORLD_SIZE",
+        "number of workers; without it the worker joins the dynamic group rank 0 hosts (and "
+        "leaves it on SIGTERM)",
+        _positive_int,
     ),
     Setting(
         "master_addr",
@@ -251,7 +256,8 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "--until",
         "GRADWIRE_UNTIL",
         "job: leave when every worker reached the shutdown barrier (the job ended), as PyTorch "
-        "workers do; signal: serve until SIGTERM/SIGINT",
+        "workers do; signal: serve until SIGTERM/SIGINT (what a worker without a world size, "
+        "a member of a dynamic group, always does)",
         default="job",
         choices=("job", "signal"),
     ),
@@ -273,7 +279,7 @@ class WorkerConfig:
     """A checked worker configuration.
 
     Attributes:
-        name, rank, world_size: identity in the cluster.
+        name, rank, world_size: identity in the cluster (world_size None: a dynamic group).
         init_method: ``"tcp://host:port"`` or the peer list.
         listen, advertise: where to serve and what to advertise (None: the defaults).
         token: cluster token (None: none; a loopback cluster then generates one).
@@ -284,7 +290,7 @@ class WorkerConfig:
 
     name: str
     rank: int
-    world_size: int
+    world_size: int | None
     init_method: str | list[str]
     listen: str | None
     advertise: str | None
@@ -333,7 +339,9 @@ def _required(values: dict[str, tuple[Any, str]], dest: str, flag: str, env: str
     return value
 
 
-def _init_method(values: dict[str, tuple[Any, str]], rank: int, world_size: int) -> str | list[str]:
+def _init_method(
+    values: dict[str, tuple[Any, str]], rank: int, world_size: int | None
+) -> str | list[str]:
     peers, peers_src = values["peers"]
     master, master_src = values["master_addr"]
     listen = values["listen"][0]
@@ -341,6 +349,8 @@ def _init_method(values: dict[str, tuple[Any, str]], rank: int, world_size: int)
         raise ConfigError(
             f"give either a master address ({master_src}) or a peer list ({peers_src}), not both"
         )
+    if peers and world_size is None:
+        return f"tcp://{peers[0]}"  # a dynamic group: the first seed is rank 0, its host
     if peers:
         if len(peers) != world_size:
             raise ConfigError(
@@ -382,13 +392,15 @@ def worker_config(
     env = os.environ if environ is None else environ
     values = resolve_settings(args, WORKER_SETTINGS if serve else JOIN_SETTINGS, env)
     rank = _required(values, "rank", "--rank", "GRADWIRE_RANK")
-    world_size = _required(values, "world_size", "--world-size", "GRADWIRE_WORLD_SIZE")
-    if rank >= world_size:
+    world_size = values["world_size"][0]  # None: a dynamic group
+    if world_size is not None and rank >= world_size:
         raise ConfigError(
             f"rank {rank} ({values['rank'][1]}) is out of range for world size {world_size} "
             f"({values['world_size'][1]}): ranks are 0..{world_size - 1}"
         )
     names, names_src = values["names"]
+    if names and world_size is None:
+        raise ConfigError(f"{names_src} needs a world size (--world-size or $GRADWIRE_WORLD_SIZE)")
     if names and len(names) != world_size:
         raise ConfigError(
             f"{names_src} lists {len(names)} names but the world size is {world_size}"
@@ -401,7 +413,7 @@ def worker_config(
     token = resolve_token(values)
     listen = values["listen"][0]
     try:
-        where = plan(init_method, rank, world_size, listen).listen
+        where = plan(init_method, rank, world_size or 0, listen).listen
     except GradwireError as exc:
         raise ConfigError(str(exc)) from None
     host = where.rpartition(":")[0]

@@ -287,6 +287,24 @@ def test_node_hooks_run_before_and_after_the_node():
     assert seen == [("pre", [1.0, 1.0]), ("post", [3.0, 3.0])]
 
 
+def test_accumulate_grad_post_hooks_run_once_after_the_gradient_is_in_grad():
+    # PyTorch calls them with no outputs and the (summed) input gradient, once per pass.
+    x = leaf(1.0, 2.0)
+    y = x + x  # both edges lead to the same AccumulateGrad
+    acc = y.grad_fn.next_functions[0][0]
+    seen = []
+    acc.register_hook(lambda outs, ins: seen.append((outs, ins[0].tolist(), x.grad.tolist())))
+    handle = acc.register_hook(lambda outs, ins: seen.append("second"))
+    y.sum().backward()
+    assert seen == [((), [2.0, 2.0], [2.0, 2.0]), "second"]
+    handle.remove()
+    (x * 1).sum().backward()
+    assert seen[2:] == [((), [1.0, 1.0], [3.0, 3.0])]
+    # autograd.grad does not run leaves' accumulators, nor their hooks.
+    gw.autograd.grad((x * 2).sum(), [x])
+    assert len(seen) == 3
+
+
 def test_assigning_grad_checks_its_shape():
     x = leaf(1.0, 2.0)
     x.grad = gw.tensor([5.0, 5.0])

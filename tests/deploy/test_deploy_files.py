@@ -51,8 +51,13 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
+def fixed(compose: dict[str, Any]) -> dict[str, Any]:
+    """The services a plain ``docker compose up`` starts (no profile)."""
+    return {n: s for n, s in compose["services"].items() if not s.get("profiles")}
+
+
 def test_compose_services_form_one_cluster(compose: dict[str, Any]) -> None:
-    services = compose["services"]
+    services = fixed(compose)
     assert set(services) == {"ps", "trainer0", "trainer1", "worker3"}
     envs = {name: s["environment"] for name, s in services.items()}
     world = {int(e["GRADWIRE_WORLD_SIZE"]) for e in envs.values()}
@@ -95,14 +100,14 @@ def test_compose_token_comes_from_an_env_file(compose: dict[str, Any]) -> None:
 
 
 def test_compose_start_is_gated_on_health(compose: dict[str, Any]) -> None:
-    services = compose["services"]
-    for name, s in services.items():
+    for name, s in compose["services"].items():
         test = s["healthcheck"]["test"]
         assert test[0] == "CMD"
         args = parses(test[1:])
         assert args.command == "health" and args.live  # the worker answers; see health.py
         for dep, cond in (s.get("depends_on") or {}).items():
-            assert dep in services and cond == {"condition": "service_healthy"}, name
+            assert dep in compose["services"] and cond == {"condition": "service_healthy"}, name
+    services = fixed(compose)
     assert set(services["trainer0"]["depends_on"]) == set(services) - {"trainer0"}
     assert "ps" in services["trainer1"]["depends_on"] and "ps" in services["worker3"]["depends_on"]
 
@@ -110,7 +115,7 @@ def test_compose_start_is_gated_on_health(compose: dict[str, Any]) -> None:
 def test_compose_driver_runs_the_demo_and_the_others_leave_with_it(
     compose: dict[str, Any],
 ) -> None:
-    services = compose["services"]
+    services = fixed(compose)
     driver = services["trainer0"]
     (command,) = driver["command"]
     var, default = re.fullmatch(r"\$\{(\w+):-(.+)\}", command).groups()  # type: ignore[union-attr]
@@ -123,6 +128,37 @@ def test_compose_driver_runs_the_demo_and_the_others_leave_with_it(
         if name != "trainer0":
             assert "entrypoint" not in s and "command" not in s  # the image's gradwire-worker
             assert s["environment"].get("GRADWIRE_UNTIL", "job") == "job"
+
+
+def test_compose_elastic_profile_a_dynamic_group_and_a_scalable_trainer(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    elastic = {n: s for n, s in services.items() if s.get("profiles")}
+    assert set(elastic) == {"elastic", "trainer"}
+    assert all(s["profiles"] == ["elastic"] for s in elastic.values())
+    host, trainer = elastic["elastic"], elastic["trainer"]
+    envs = {n: s["environment"] for n, s in elastic.items()}
+    for name, e in envs.items():
+        check_env(e, f"service {name}")
+        assert "GRADWIRE_WORLD_SIZE" not in e, name  # a dynamic group
+        assert e["GRADWIRE_MASTER_ADDR"] == "elastic", name
+        assert "GRADWIRE_ALLOW" in e and e["GRADWIRE_LISTEN"].endswith(e["GRADWIRE_MASTER_PORT"])
+    assert envs["elastic"]["GRADWIRE_NAME"] == "elastic" and envs["elastic"]["GRADWIRE_RANK"] == "0"
+    # replicas: no fixed name, rank, container name or published port
+    assert not {"GRADWIRE_NAME", "GRADWIRE_RANK"} & set(envs["trainer"])
+    assert not {"container_name", "ports", "hostname"} & set(trainer)
+    assert trainer["depends_on"] == {"elastic": {"condition": "service_healthy"}}
+    # the host runs the elastic job with gradwire run; the trainers are demo members
+    command = [re.sub(r"\$\{\w+:-([^}]+)\}", r"\1", c) for c in host["command"]]
+    args = parses([*host["entrypoint"], *command])
+    assert args.command == "run" and args.target == "gradwire.demo.elastic:job"
+    from gradwire.demo import elastic as elastic_job
+
+    job_args = elastic_job._parser().parse_args(args.job_args)
+    assert job_args.epochs > 0 and job_args.epoch_seconds >= 0
+    assert trainer["entrypoint"] == ["python", "-m", "gradwire.demo.member"]
+    assert "ps" not in (trainer.get("depends_on") or {})  # not the fixed cluster's host
 
 
 # -- deploy/Dockerfile ---------------------------------------------------------------------------

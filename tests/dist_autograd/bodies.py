@@ -300,3 +300,112 @@ def peer_dies_in_backward(rank: int, world_size: int) -> Any:
                 "seconds": time.monotonic() - started,
             }
     return {"error": None}
+
+
+_SENDS: list[tuple[str, int, bool]] = []
+
+
+def watch_gradient_sends() -> None:
+    """Record, on this worker, which thread sends each gradient message and whether it was
+    sent ``here`` (by the thread that then waits for its answer), and which threads handle
+    incoming gradient messages."""
+    from gradwire._runtime.dist_autograd.engine import DistAutogradEngine
+    from gradwire._runtime.dist_autograd.service import DistAutogradService
+
+    send, handle = DistAutogradService.send_gradients, DistAutogradEngine.on_gradients
+
+    def sending(self: Any, *args: Any, here: bool = False) -> Any:
+        _SENDS.append(("send", threading.get_ident(), here))
+        return send(self, *args, here=here)
+
+    def handling(self: Any, *args: Any) -> Any:
+        _SENDS.append(("handle", threading.get_ident(), False))
+        return handle(self, *args)
+
+    DistAutogradService.send_gradients = sending  # type: ignore[method-assign]
+    DistAutogradEngine.on_gradients = handling  # type: ignore[method-assign]
+
+
+def gradient_sends() -> list[tuple[str, int, bool]]:
+    return list(_SENDS)
+
+
+def matmul(x: gw.Tensor, w: gw.Tensor) -> gw.Tensor:
+    return x @ w
+
+
+def sends_from_the_waiting_thread(rank: int, world_size: int) -> Any:
+    if rank != 0:
+        return None
+    watch_gradient_sends()
+    rpc.rpc_sync("worker1", watch_gradient_sends)
+    x, w = _leaf(1, 4, 3), _leaf(2, 3, 5)
+    with dist_autograd.context() as cid:
+        y = rpc.rpc_sync("worker1", matmul, (x, w))
+        dist_autograd.backward(cid, [(y * y).sum()])
+        one = {"grads": dist_autograd.get_gradients(cid), "sends": gradient_sends()}
+    _SENDS.clear()
+    peer_one = rpc.rpc_sync("worker1", gradient_sends)
+    with dist_autograd.context() as cid:  # two recv functions ready at once: one is handed off
+        y1 = rpc.rpc_sync("worker1", matmul, (x, w))
+        y2 = rpc.rpc_sync("worker1", my_add, (x, x))
+        dist_autograd.backward(cid, [(y1.sum() * y2.sum())])
+        two = {"grads": dist_autograd.get_gradients(cid), "sends": gradient_sends()}
+    xl, wl = (t.detach().requires_grad_(True) for t in (x, w))
+    ((xl @ wl) * (xl @ wl)).sum().backward()
+    ref_one = (xl.grad.numpy().copy(), wl.grad.numpy().copy())
+    xl.grad = wl.grad = None
+    ((xl @ wl).sum() * (xl + xl).sum()).backward()
+    ref_two = (xl.grad.numpy().copy(), wl.grad.numpy().copy())
+    return {
+        "main": threading.get_ident(),
+        "one": [one["sends"], peer_one],
+        "two": two["sends"],
+        "got": [
+            (one["grads"][x].numpy(), one["grads"][w].numpy()),
+            (two["grads"][x].numpy(), two["grads"][w].numpy()),
+        ],
+        "ref": [ref_one, ref_two],
+    }
+
+
+def received_gradients_kept_without_copy(rank: int, world_size: int) -> Any:
+    """Count the copies the caller's store makes of gradients that came in a message."""
+    if rank != 0:
+        return None
+    x, z = _leaf(3, 64, 32), _leaf(4, 64, 32)
+    w = _leaf(5, 32, 16)
+    clones = []
+    clone = gw.Tensor.clone
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        clones.append(self.shape)
+        return clone(self, *args, **kwargs)
+
+    gw.Tensor.clone = counting  # type: ignore[method-assign]
+    try:
+        with dist_autograd.context() as cid:
+            y = rpc.rpc_sync("worker1", matmul, (x, w))
+            dist_autograd.backward(cid, [(y * y).sum()])
+            grads = dist_autograd.get_gradients(cid)
+            mm = {"x": grads[x].numpy().copy(), "w": grads[w].numpy().copy()}
+        mm_clones = len(clones)
+        with dist_autograd.context() as cid:  # one gradient object for both x and z
+            s = rpc.rpc_sync("worker1", my_add, (x, z))
+            dist_autograd.backward(cid, [(s * s).sum()])
+            grads = dist_autograd.get_gradients(cid)
+            add = {"x": grads[x].numpy(), "z": grads[z].numpy()}
+    finally:
+        gw.Tensor.clone = clone  # type: ignore[method-assign]
+    xl, zl, wl = (t.detach().requires_grad_(True) for t in (x, z, w))
+    ((xl @ wl) * (xl @ wl)).sum().backward()
+    ((xl + zl) * (xl + zl)).sum().backward()
+    return {
+        "mm_clones": mm_clones,
+        "mm": mm,
+        "add": add,
+        "shared": bool(np.shares_memory(add["x"], add["z"])),
+        "ref_mm": {"x": 2 * (x.detach().numpy() @ w.detach().numpy()) @ w.detach().numpy().T},
+        "ref_w": wl.grad.numpy(),
+        "ref_add": zl.grad.numpy(),
+    }

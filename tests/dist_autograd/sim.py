@@ -32,6 +32,7 @@ class SimTransport:
         pass_id: int,
         retain_graph: bool,
         grads: list[Any],
+        here: bool = False,
     ) -> Future[Any]:
         out: Future[Any] = Future()
         self.cluster.sent.append((self.me, dst, message_id, sum(g is not None for g in grads)))

@@ -46,3 +46,18 @@ def test_without_a_ttl_released_ids_are_kept() -> None:
     container = DistAutogradContainer(1, clock=FakeClock())
     _churn(container, 100)
     assert len(container._released) == 100
+
+
+def test_context_errors_start_with_pytorchs_words() -> None:
+    # PyTorch's tests match these messages; gradwire's detail follows them.
+    container = DistAutogradContainer(1, clock=FakeClock())
+    ctx = container.new_context()
+    with pytest.raises(ContextError, match="^Already have an autograd context id for this thread"):
+        container.new_context()
+    container.release(ctx.context_id)
+    with pytest.raises(
+        ContextError, match=rf"^Could not find autograd context with id: {ctx.context_id} \("
+    ):
+        container.get(ctx.context_id)
+    with pytest.raises(ContextError, match=r"^Could not find autograd context with id: 100 \("):
+        container.get(100)

@@ -38,6 +38,8 @@ def test_error_in_a_remote_backward_reaches_the_caller_naming_the_worker():
     out = _rank0(run_cluster(2, bodies.remote_error))
     assert out["type"] == "ValueError"
     assert "exploded in backward" in out["message"] and "worker1" in out["message"]
+    # PyTorch's form, which its tests match: the failing worker's id before the message.
+    assert "Error on Node 1: exploded in backward" in out["message"]
 
 
 def test_leaving_the_context_releases_it_on_every_worker():
@@ -90,3 +92,32 @@ def test_a_peer_dying_mid_backward_is_an_error_not_a_hang():
     assert out["error"] is not None
     assert "worker1" in out["message"]
     assert out["seconds"] < 10 + 5
+
+
+def test_the_last_gradient_message_is_sent_by_the_thread_that_waits_for_it():
+    out = _rank0(run_cluster(2, bodies.sends_from_the_waiting_thread))
+    for (gx, gw_), (rx, rw) in zip(out["got"], out["ref"]):
+        np.testing.assert_allclose(gx, rx, rtol=1e-12)
+        np.testing.assert_allclose(gw_, rw, rtol=1e-12)
+    mine, peer = out["one"]
+    # The originator's only message goes from the thread that called backward() (no pool
+    # hand-off), and the peer sends its answer from the thread handling the caller's message.
+    assert [s for s in mine if s[0] == "send"] == [("send", out["main"], True)]
+    (k1, handler, _), (k2, sender, here) = peer
+    assert (k1, k2, here) == ("handle", "send", True) and sender == handler
+    # Two recv functions ready together: the first message is handed off (the run goes on),
+    # the last is sent by the waiting thread.
+    assert [here for kind, _, here in out["two"] if kind == "send"] == [False, True]
+
+
+def test_a_received_gradient_is_stored_without_a_copy_unless_shared():
+    # Over TCP the gradients arrive in fresh arrays that nothing else holds: PyTorch stores
+    # such a gradient as it is, and so does gradwire. One gradient for two leaves is copied.
+    tcp = {"use_unix_socket": False, "shm_transfer": False}
+    out = _rank0(run_cluster(2, bodies.received_gradients_kept_without_copy, options=tcp))
+    assert out["mm_clones"] == 0
+    np.testing.assert_allclose(out["mm"]["x"], out["ref_mm"]["x"], rtol=1e-12)
+    np.testing.assert_allclose(out["mm"]["w"], out["ref_w"], rtol=1e-12)
+    np.testing.assert_allclose(out["add"]["x"], out["ref_add"], rtol=1e-12)
+    np.testing.assert_allclose(out["add"]["z"], out["ref_add"], rtol=1e-12)
+    assert not out["shared"]

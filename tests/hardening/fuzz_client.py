@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 import numpy as np
 from gradwire._wire import calls
-from gradwire._wire.framing import Assembler, decode_frame
+from gradwire._wire.framing import Assembler, decode_frame, unpack_batch
 from gradwire._wire.policy import CallablePolicy
 from gradwire.distributed.rpc._testing import free_port
 
@@ -40,10 +40,10 @@ REFUSALS = {
 }
 #: Methods that legitimately wait (a stream of events, a barrier, a value that may come later).
 WAITING = {"WatchControl", "Barrier", "FetchRRef", "Fetch"}
-_STREAM_IN = {"PythonCall", "CallStream", "RemoteCall", "PropagateGradients"}
+_STREAM_IN = {"PythonCall", "CallStream", "CallPipe", "RemoteCall", "PropagateGradients"}
 #: Methods whose replies are call replies (a ReplyHeader, maybe carrying an error).
-_CALLS = ("Call", "CallStream", "PythonCall")
-_STREAM_OUT = {"PythonCall", "CallStream", "FetchReply", "FetchRRef", "WatchControl"}
+_CALLS = ("Call", "CallStream", "CallPipe", "PythonCall")
+_STREAM_OUT = {"PythonCall", "CallStream", "CallPipe", "FetchReply", "FetchRRef", "WatchControl"}
 
 
 @dataclasses.dataclass
@@ -163,8 +163,13 @@ class Verdict:
 def _judge(method: str, case: Case, code: grpc.StatusCode, details: str, out: list[bytes]) -> str:
     """'' when the answer is acceptable, else why not."""
     if code == grpc.StatusCode.OK:
+        if method == "CallPipe":  # batches of replies, one per call
+            try:
+                out = [bytes(f) for batch in out for f in unpack_batch(batch)]
+            except Exception as exc:  # noqa: BLE001 - a batch we cannot split is a bug
+                return f"unsplittable reply batch: {exc}"
         if method in _CALLS:
-            for raw in out if method == "CallStream" else out[:1]:  # one reply per call there
+            for raw in out if method in ("CallStream", "CallPipe") else out[:1]:
                 try:
                     reply = decode_frame(raw).header.reply
                 except Exception as exc:  # noqa: BLE001 - a reply we cannot parse is a bug
@@ -199,8 +204,15 @@ def fuzz_method(
         verdict.cases += 1
         outcome = code.name
         if code == grpc.StatusCode.OK and method in _CALLS and out:
-            reply = decode_frame(out[0]).header.reply
-            outcome = "reply-error:" + reply.error.type_name if reply.HasField("error") else "OK"
+            try:
+                first = unpack_batch(out[0])[0] if method == "CallPipe" else out[0]
+                reply = decode_frame(first).header.reply  # type: ignore[arg-type]
+            except Exception:  # noqa: BLE001 - _judge reports it
+                outcome = "unparsable"
+            else:
+                outcome = (
+                    "reply-error:" + reply.error.type_name if reply.HasField("error") else "OK"
+                )
         verdict.outcomes[outcome] += 1
         why = _judge(method, case, code, details, out)
         if why:

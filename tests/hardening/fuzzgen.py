@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 from gradwire._proto import worker_pb2 as pb
 from gradwire._wire import calls
-from gradwire._wire.framing import Frame, encode_frame, split
+from gradwire._wire.framing import Frame, encode_frame, pack_batch, split
 from gradwire._wire.pickler import EncodeContext
 
 __all__ = [
@@ -56,6 +56,7 @@ BAD_DTYPES = ("object", "O", "", "float128", "V8", "<U4", "int", "float32\x00", 
 METHODS: dict[str, str | type] = {
     "Call": "frames-unary",
     "CallStream": "frames-stream",
+    "CallPipe": "frames-stream",
     "PythonCall": "frames-stream",
     "RemoteCall": "frames-stream",
     "PropagateGradients": "frames-stream",
@@ -68,6 +69,7 @@ METHODS: dict[str, str | type] = {
     "ChildAck": pb.ChildAck,
     "RRefDelete": pb.RRefDelete,
     "ReleaseContext": pb.ReleaseContextRequest,
+    "Members": pb.MemberUpdate,
     "Join": pb.JoinRequest,
     "Barrier": pb.BarrierRequest,
     "GetDebugInfo": pb.DebugInfoRequest,
@@ -331,7 +333,33 @@ def gen_proto(cls: type) -> Callable[[random.Random], Case]:
     return make
 
 
+def gen_pipe() -> Callable[[random.Random], Case]:
+    """CallPipe: batches of the frames ``gen_frames`` makes (each frame a call of its own),
+    grouped at random, sometimes with a length prefix that lies, or raw garbage."""
+    frames = gen_frames("python", stream=True)
+
+    def make(rng: random.Random) -> Case:
+        case = frames(rng)
+        if rng.random() < 0.15:
+            return Case([random_bytes(rng) for _ in range(rng.randint(1, 3))], "garbage")
+        parts, messages = list(case.messages), []
+        while parts:
+            take = rng.randint(1, len(parts))
+            messages.append(pack_batch(parts[:take]))
+            parts = parts[take:]
+        label = case.label
+        if rng.random() < 0.2:
+            i = rng.randrange(len(messages))
+            lie = struct.pack("<I", rng.choice((0, 1, len(messages[i]), 2**32 - 1)))
+            messages[i] = lie + messages[i][4:]
+            label += "+lying-prefix"
+        return Case(messages, f"batched:{label}")
+
+    return make
+
+
 GENERATORS: dict[str, Callable[[random.Random], Case]] = {
+    "CallPipe": gen_pipe(),
     "Call": gen_frames("python", stream=False),
     # Each frame on CallStream is a call of its own: a chunked call's frames are bad calls.
     "CallStream": gen_frames("python", stream=True),

@@ -32,9 +32,10 @@ def test_plain_calls_take_the_fast_lane_and_deferred_ones_do_not() -> None:
     assert r["big_equal"] is True
     assert r["deferred"] == [1, 2, 3, 1, 2, 3]
     assert r["with_rref"] == 3
-    # 10 plain calls, the big echo and the lane_count call that read `before`; not the six
+    # The 5 plain rpc_sync calls, the big echo and the lane_count call that read `before`;
+    # not the 5 plain rpc_async calls (the call pipe, asyncio server), the six
     # @async_execution calls nor the call with an RRef argument (asyncio server).
-    assert r["lane_calls"] == 12
+    assert r["lane_calls"] == 7
 
 
 def test_no_fast_lane_without_unix_sockets() -> None:
@@ -189,8 +190,9 @@ ROUTES = {
         False,
         True,
     ),
-    "unary-fast-lane": (_async, {"single_frame_bytes": 4096}, True, True),
-    "unary-asyncio": (_async, {"single_frame_bytes": 4096, "use_unix_socket": False}, False, True),
+    # rpc_async's call pipe is served by the asyncio server, over the Unix socket or TCP.
+    "pipe-unix": (_async, {"single_frame_bytes": 4096}, False, True),
+    "pipe-tcp": (_async, {"single_frame_bytes": 4096, "use_unix_socket": False}, False, True),
     "framed-stream": (_sync, {"single_frame_bytes": 0}, False, False),
 }
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import gradwire as gw
+import gradwire.multiprocessing  # noqa: F401 - gw.multiprocessing below
 import numpy as np
 import pytest
 from gradwire import errors

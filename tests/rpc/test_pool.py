@@ -161,3 +161,14 @@ def test_parked_threads_keep_no_reference_to_finished_tasks() -> None:
     gc.collect()
     assert [r() for r in refs] == [None] * 6
     pool.close()
+
+
+def test_knows_its_own_threads() -> None:
+    pool, other = ServingPool(2), ServingPool(1)
+    try:
+        assert not pool.on_pool_thread()  # the test's thread
+        assert pool.submit(pool.on_pool_thread).result(5) is True
+        assert other.submit(pool.on_pool_thread).result(5) is False
+    finally:
+        pool.close()
+        other.close()

@@ -148,6 +148,22 @@ def test_in_flight_limit_per_peer_is_a_clear_error() -> None:
         rpc.shutdown()
 
 
+def test_the_in_flight_limit_refuses_one_call_of_the_pipe_not_the_pipe() -> None:
+    from .bodies import sleep_then
+
+    rpc.init_rpc("limited", 0, 1, solo_options(max_in_flight_per_peer=2, use_unix_socket=False))
+    try:
+        busy = [rpc.rpc_async("limited", sleep_then, (0.5, "done")) for _ in range(2)]
+        time.sleep(0.2)
+        refused = rpc.rpc_async("limited", operator.add, (1, 2))
+        with pytest.raises(errors.TooManyRequestsError, match="max_in_flight_per_peer"):
+            refused.wait()
+        assert [f.wait() for f in busy] == ["done", "done"]
+        assert rpc.rpc_async("limited", operator.add, (1, 2)).wait() == 3
+    finally:
+        rpc.shutdown()
+
+
 def test_idle_worker_uses_no_cpu() -> None:
     import time
 

@@ -22,7 +22,7 @@ def test_ids_round_trip_through_proto_fields_and_hash() -> None:
     assert G.from_fields(*gid.to_fields()) == gid
     assert {gid: 1}[G(3, 7)] == 1 and str(gid) == "3:7"
     ids = IdGenerator(3)
-    assert [ids.next_id() for _ in range(2)] == [G(3, 1), G(3, 2)]
+    assert [ids.next_id() for _ in range(2)] == [G(3, 0), G(3, 1)]
 
 
 def test_id_generator_is_unique_across_threads() -> None:

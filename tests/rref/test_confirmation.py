@@ -84,7 +84,7 @@ def test_failing_callback_is_logged_and_messages_are_not_lost(
     c.when_confirmed([user], boom)
     with caplog.at_level(logging.ERROR):
         msgs = c.handle(b.handle(req)[0])
-    assert msgs == [ChildAck(A, G(A, 1), G(A, 3), C)]
+    assert msgs == [ChildAck(A, G(A, 0), G(A, 2), C)]
     assert "callback" in caplog.text
 
 

@@ -45,11 +45,11 @@ def test_stale_fork_request_after_the_fork_was_deleted_does_not_resurrect_it() -
     (delete_c,) = c.release(uh)
     b.handle(delete_c)
     assert b.debug_info().num_forks == 1  # A's own fork
-    assert b.handle(fork_request) == [ForkAccepted(C, G(A, 1), G(A, 3), known=True)]
+    assert b.handle(fork_request) == [ForkAccepted(C, G(A, 0), G(A, 2), known=True)]
     assert b.debug_info().num_forks == 1  # the tombstone kept C's fork out
     (delete_a,) = a.release(h)
     b.handle(delete_a)
-    assert deleted == [G(A, 1)]
+    assert deleted == [G(A, 0)]
 
 
 def test_stale_fork_request_after_the_rref_was_deleted_does_not_resurrect_it() -> None:
@@ -57,11 +57,11 @@ def test_stale_fork_request_after_the_rref_was_deleted_does_not_resurrect_it() -
     a.handle(child_ack)
     for msg in c.release(uh) + a.release(h):
         b.handle(msg)
-    assert deleted == [G(A, 1)]
-    assert b.handle(fork_request) == [ForkAccepted(C, G(A, 1), G(A, 3), known=False)]
+    assert deleted == [G(A, 0)]
+    assert b.handle(fork_request) == [ForkAccepted(C, G(A, 0), G(A, 2), known=False)]
     assert b.debug_info().num_owner_rrefs == 0
     # The stale answer reaches nobody pending: ignored.
-    assert c.handle(ForkAccepted(C, G(A, 1), G(A, 3), known=False)) == []
+    assert c.handle(ForkAccepted(C, G(A, 0), G(A, 2), known=False)) == []
 
 
 def test_fork_accepted_duplicate_sends_no_second_child_ack() -> None:
@@ -79,7 +79,7 @@ def test_child_ack_duplicate_before_and_after_the_parent_is_gone() -> None:
     assert states(a) == before
     (delete,) = a.release(h)
     assert a.handle(child_ack) == []  # parent deleted: still nothing
-    assert delete == RRefDelete(B, G(A, 1), G(A, 2), A)
+    assert delete == RRefDelete(B, G(A, 0), G(A, 1), A)
 
 
 def test_rref_delete_duplicate_and_after_deletion() -> None:
@@ -92,10 +92,10 @@ def test_rref_delete_duplicate_and_after_deletion() -> None:
     assert states(b) == before
     (delete_c,) = c.release(uh)
     b.handle(delete_c)
-    assert deleted == [G(A, 1)]
+    assert deleted == [G(A, 0)]
     b.handle(delete_c)
     b.handle(delete_a)
-    assert deleted == [G(A, 1)]  # deleted once, never re-created
+    assert deleted == [G(A, 0)]  # deleted once, never re-created
     assert b.debug_info().num_owner_rrefs == 0
 
 
@@ -113,7 +113,7 @@ def test_remote_call_retry_runs_the_function_once() -> None:
     first = b.accept_remote_call(h.rref_id, h.fork_id, A)
     again = b.accept_remote_call(h.rref_id, h.fork_id, A)
     assert first.run and not again.run
-    assert again.messages == first.messages == [RemoteAck(A, G(A, 1), G(A, 2))]
+    assert again.messages == first.messages == [RemoteAck(A, G(A, 0), G(A, 1))]
     for msg in a.release(h) + a.handle(first.messages[0]):
         b.handle(msg)
     late = b.accept_remote_call(h.rref_id, h.fork_id, A)  # after deletion
@@ -136,26 +136,26 @@ def test_rref_delete_overtaking_the_remote_call() -> None:
     creation then finds nothing holding the RRef and deletes it at once."""
     deleted: list[object] = []
     b = RRefProtocol(B, on_owner_deleted=deleted.append)
-    b.handle(RRefDelete(B, G(A, 1), G(A, 2), A))
+    b.handle(RRefDelete(B, G(A, 0), G(A, 1), A))
     assert b.debug_info().num_owner_rrefs == 0
-    accepted = b.accept_remote_call(G(A, 1), G(A, 2), A)
+    accepted = b.accept_remote_call(G(A, 0), G(A, 1), A)
     assert accepted.run  # the function still runs once; its value is simply dropped
-    assert deleted == [G(A, 1)]
+    assert deleted == [G(A, 0)]
 
 
 def test_rref_delete_overtaking_the_fork_request() -> None:
     b, a, c, h, *_ = setup_user_to_user()
-    late = ForkRequest(B, G(A, 1), G(A, 9), child_id=C, parent_id=A)
-    b.handle(RRefDelete(B, G(A, 1), G(A, 9), C))
+    late = ForkRequest(B, G(A, 0), G(A, 8), child_id=C, parent_id=A)
+    b.handle(RRefDelete(B, G(A, 0), G(A, 8), C))
     b.handle(late)
-    assert G(A, 9) not in b.leaked_owner_rrefs()[0].forks
+    assert G(A, 8) not in b.leaked_owner_rrefs()[0].forks
 
 
 def test_acks_for_unknown_forks_are_ignored() -> None:
     a = RRefProtocol(A)
-    assert a.handle(ChildAck(A, G(B, 1), G(B, 2), C)) == []
-    assert a.handle(ForkAccepted(A, G(B, 1), G(B, 2))) == []
-    assert a.handle(RemoteAck(A, G(A, 1), G(A, 2))) == []
+    assert a.handle(ChildAck(A, G(B, 0), G(B, 1), C)) == []
+    assert a.handle(ForkAccepted(A, G(B, 0), G(B, 1))) == []
+    assert a.handle(RemoteAck(A, G(A, 0), G(A, 1))) == []
     assert a.snapshot() == RRefProtocol(A).snapshot()
 
 

@@ -122,6 +122,30 @@ def wait_quiet(workers: list[int], timeout: float = 30.0) -> dict[int, dict[str,
         time.sleep(0.05)
 
 
+class Unpicklable:
+    """A value that cannot travel (it holds a lock): only its type can."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+def torch_counters() -> dict[str, int]:
+    """PyTorch's RRef counters of this worker (``rpc.api._rref_context_get_debug_info``)."""
+    gc.collect()
+    _agent.current().rref.flush_releases(10.0)
+    return rpc.api._rref_context_get_debug_info()
+
+
+def wait_shared_owners(worker: int, expected: int, timeout: float = 30.0) -> int:
+    """Wait until ``worker`` reports ``expected`` for PyTorch's ``num_owner_rrefs``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = int(rpc.rpc_sync(worker, torch_counters)["num_owner_rrefs"])
+        if seen == expected or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.05)
+
+
 # -- proxies -------------------------------------------------------------------------------
 
 

@@ -77,7 +77,7 @@ def test_the_rref_api():
     assert "worker0" in msg and "worker1" in msg and "to_here()" in msg
     assert out["owner"] == ["worker1", 1, "worker1", False]
     assert "RRefId = 0:" in out["repr"] and "ForkId = 0:" in out["repr"]
-    assert "cannot be pickled outside an RPC" in out["pickle_error"]
+    assert out["pickle_error"].startswith("Can not pickle rref in python pickler")
     assert out["proxy_sync"] == [1, 6]
     assert out["proxy_async"] == 8
     assert out["proxy_remote"] == 11
@@ -89,6 +89,38 @@ def test_the_rref_api():
     assert out["equal"] == [True, True, 1]
     assert out["confirmed"] is True
     _assert_quiet(out["quiet"])
+
+
+def test_what_pytorchs_tests_observe_of_rrefs():
+    out = _rank0(2, bodies.torch_semantics)
+    g = "GloballyUniqueId(created_on=0, local_id={})".format
+    assert out["str"] == [f"OwnerRRef({g(0)})", f"UserRRef(RRefId = {g(1)}, ForkId = {g(2)})"]
+    message, written = out["save_error"]
+    assert message.startswith("Can not pickle rref in python pickler") and not written
+    assert out["local_value_error"].startswith(
+        f"For UserRRef(rref_id={g(1)}, fork_id={g(2)}), can't call localValue() on user "
+        "WorkerInfo(id=0, name=worker0). Call it on owner WorkerInfo(id=1, name=worker1)"
+    )
+    # PyTorch counts an OwnerRRef once another worker holds it, until that fork is deleted.
+    assert out["shared"] == [0, 1, 0]
+    assert out["type"] == [True, True] and out["value_travelled"] is False
+    assert len(out["missing"]) == 3, out["missing"]
+    assert all("has no attribute 'non_exist'" in m for m in out["missing"])
+    assert out["future"] == [None, None]
+    message, seconds = out["future_timeout"]
+    assert message.startswith("RPC ran for more than") and "RRef creation" in message
+    assert seconds < 0.9  # failed at the remote()'s deadline, not when the owner answered
+    assert "RRef creation timed out" in out["late_to_here"]
+    assert out["after_shutdown"].startswith(
+        f"UserRRef(RRefId = {g(1)}, ForkId = {g(2)}) has been deleted. Cannot call to_here() "
+        "on it after deletion."
+    )
+    # rpc.internal.serialize: an RRef travels only inside an RPC; after shutdown, PyTorch's words.
+    assert "outside an RPC" in out["serialize_error"]
+    assert out["fork_after_shutdown"].startswith(
+        f"UserRRef(RRefId = {g(1)}, ForkId = {g(2)}) has been deleted. Cannot call fork an "
+        "UserRRef after deletion."
+    )
 
 
 def test_creation_errors_and_timeouts():
@@ -157,13 +189,22 @@ def test_shutdown_drains_live_user_rrefs_cycles_and_forks_in_flight():
 def test_the_leak_check_warns_or_fails():
     strict = run_cluster(3, bodies.shutdown_leak, "error", timeout=90, options=OPTIONS)
     assert strict[1].value["error"] == "RRefLeakError"
-    assert "1 OwnerRRef(s) still referenced" in strict[1].value["message"]
+    # PyTorch's wording first: the RRef minted by rank 0 (id 0) and rank 0's fork (id 1).
+    message = strict[1].value["message"]
+    assert message.startswith(
+        "Leaking RRef GloballyUniqueId(created_on=0, local_id=0) with fork Id "
+        "GloballyUniqueId(created_on=0, local_id=1)"
+    ), message
+    assert "1 OwnerRRef(s)" in message  # rank 1's local-only RRef is no leak
     assert strict[0].value["error"] is None and strict[2].value["error"] is None
     lenient = run_cluster(
         3, bodies.shutdown_leak, "warn", timeout=90, options={"rpc_timeout": 30.0}
     )
     assert lenient[1].value["error"] is None
-    assert any("OwnerRRef(s) still referenced" in w for w in lenient[1].value["warnings"])
+    assert any("Leaking RRef" in w for w in lenient[1].value["warnings"])
+    ignored = run_cluster(3, bodies.shutdown_leak, "ignored", timeout=90, options=OPTIONS)
+    assert [r.value["error"] for r in ignored] == [None, None, None]
+    assert any("Leaking RRef" in w for w in ignored[1].value["warnings"])
 
 
 def _random_run(seed: int, steps: int) -> None:

@@ -23,9 +23,25 @@ ERROR_EXIT = 10
 SKIP_EXIT = 77
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler writing to whatever ``sys.stderr`` is when a record is emitted."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass
+
+
 def main(argv: list[str]) -> int:
     module_name, class_name, test_name, rank = argv[0], argv[1], argv[2], int(argv[3])
-    logging.basicConfig(level=os.environ.get("GRADWIRE_TEST_LOG", "WARNING"))
+    # Log records go to the sys.stderr of the moment they are written, as PyTorch's prints
+    # do: its tests capture them by replacing sys.stderr (captured_output).
+    logging.basicConfig(
+        level=os.environ.get("GRADWIRE_TEST_LOG", "WARNING"), handlers=[_CurrentStderr()]
+    )
     from torchsuite.shim.common_distributed import MultiProcessTestCase
 
     module = importlib.import_module(module_name)

@@ -132,6 +132,7 @@ def test_private_names_are_allowed_only_where_listed_one_by_one() -> None:
         "gradwire._runtime.rref.errors:RRefProtocolError",
         "gradwire._runtime.rref.errors:UnknownRRefError",
         # the leader's side of PyTorch's rpc.api._all_gather / _barrier (issue 25)
+        "gradwire.distributed.rpc._gather:_deliver_round",
         "gradwire.distributed.rpc._gather:_gather_put",
         "gradwire.nn:Module.__call__",
         "numpy._core.multiarray:_reconstruct",

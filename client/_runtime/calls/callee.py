@@ -37,7 +37,7 @@ from ..transport.transport import IN_FLIGHT_MARK
 from . import hooks
 from .pool import ServingPool
 
-__all__ = ["Callee", "ASYNC_EXECUTION_ATTR", "Reply", "until_done"]
+__all__ = ["Callee", "ASYNC_EXECUTION_ATTR", "Reply", "until_done", "not_a_future"]
 
 log = logging.getLogger(__name__)
 #: Attribute set by ``rpc.functions.async_execution`` on the functions it marks.
@@ -46,6 +46,17 @@ ASYNC_EXECUTION_ATTR = "_gradwire_async_execution"
 _PARK_SECONDS = 300.0
 
 Reply = tuple[pb.FrameHeader, list[Any]]
+
+
+def not_a_future(function: str, result: Any) -> TypeError:
+    """The error of an ``@async_execution`` function that returned ``result``, not a Future
+    (PyTorch's wording first; the caller gets it as a RemoteError, a RuntimeError)."""
+    kind = type(result).__name__
+    return TypeError(
+        "Functions decorated with @rpc.async_function must return a torch.futures.Future "
+        f"object, but got {kind}: {function} is marked @async_execution but returned {kind}, "
+        "not a gradwire.futures.Future"
+    )
 
 
 async def until_done(fut: Future[Any]) -> None:
@@ -252,10 +263,7 @@ class Callee:
                     result = fn(*args, **kwargs)
             if is_async:
                 if not isinstance(result, Future):
-                    raise TypeError(
-                        f"{call.function} is marked @async_execution but returned "
-                        f"{type(result).__name__}, not a gradwire.futures.Future"
-                    )
+                    raise not_a_future(call.function, result)
                 return _Later(result)
             return self.encode_value(call, result, caller_id)
         except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
@@ -337,10 +345,7 @@ class Callee:
             else:
                 result = fn(*args, **kwargs)
         if getattr(fn, ASYNC_EXECUTION_ATTR, False) and not isinstance(result, Future):
-            raise TypeError(
-                f"{call.function} is marked @async_execution but returned "
-                f"{type(result).__name__}, not a gradwire.futures.Future"
-            )
+            raise not_a_future(call.function, result)
         return result
 
     def _decode(self, msg: Message, caller_id: int) -> tuple[Any, Any]:
@@ -386,8 +391,18 @@ class Callee:
             return self.encode_error(call, exc)
 
     def encode_error(self, call: pb.CallHeader, exc: BaseException) -> Reply:
-        """Encode an error reply for ``exc``."""
-        log.debug("call %s failed on %s: %r", call.function, self._ctx.name, exc)
+        """Encode an error reply for ``exc``. An error of the user's function is logged as a
+        warning with its traceback on the callee too (as PyTorch prints it there)."""
+        if isinstance(exc, GradwireError) or not isinstance(exc, Exception):
+            log.debug("call %s failed on %s: %r", call.function, self._ctx.name, exc)
+        else:
+            log.warning(
+                "On worker %r: %s raised %r",
+                self._ctx.name,
+                call.function,
+                exc,
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
         reply = pb.ReplyHeader(
             message_id=call.message_id, error=encode_exception(exc, self._ctx.name)
         )

@@ -2,8 +2,8 @@
 
 ``rpc_sync`` and ``rpc_async`` share this one path; ``routes.choose_route`` picks how the call
 travels (``rpc_sync`` waits on the caller's thread over a long-lived call stream, ``rpc_async``
-sends a unary call whose gRPC future completes it, a call too large for one frame goes as a
-framed stream) and which of the callee's servers it reaches. User calls are never retried;
+sends its frame down the peer's call pipe, whose reader thread completes it, a call too large
+for one frame goes as a framed stream) and which of the callee's servers it reaches. User calls are never retried;
 control messages are retried with backoff (``send_control``).
 """
 
@@ -21,7 +21,15 @@ import grpc
 from ..._proto import worker_pb2 as pb
 from ..._wire import calls, pickler, shm
 from ..._wire.exceptions import decode_exception
-from ..._wire.framing import Assembler, Frame, Message, assemble_one, one_frame, split
+from ..._wire.framing import (
+    Assembler,
+    Frame,
+    Message,
+    assemble_one,
+    encode_frame,
+    one_frame,
+    split,
+)
 from ..._wire.pickler import EncodeContext
 from ...errors import (
     GradwireError,
@@ -42,7 +50,7 @@ from ..transport.transport import FAST_LANE_CONTROL, Transport, map_rpc_error
 from . import hooks
 from .callee import ASYNC_EXECUTION_ATTR
 from .pool import ServingPool
-from .routes import CALL_STREAM, UNARY, choose_route
+from .routes import CALL_STREAM, PIPE, choose_route
 
 __all__ = ["Caller"]
 
@@ -130,6 +138,8 @@ class Caller:
             self._dest[call.message_id] = peer.id
             if shared:
                 self._shm_sent[call.message_id] = shared
+        if call.HasField("autograd"):  # made in a dist autograd context: it tracks the answer
+            hooks.call_started(call, peer.id, fut, time.monotonic() + timeout if timeout else None)
         if ctx is None:  # plain arguments: already one whole frame
             single, frame = True, Frame(first, buffers)
         else:
@@ -146,7 +156,7 @@ class Caller:
                 getattr(fn, ASYNC_EXECUTION_ATTR, False) or (ctx and ctx.objects.get("R"))
             ),
         )
-        if choice.route is UNARY:
+        if choice.route is PIPE:
             self._start_async(peer, choice.address, frame, call, fut, what, started, timeout)
             return fut
 
@@ -215,14 +225,16 @@ class Caller:
         timeout: float | None,
     ) -> None:
 
-        def on_done(gfut: Any) -> None:
-            # Runs on gRPC's callback thread, which must never run user callbacks nor block:
-            # a plain reply with no callback waiting is decoded and completed right here (one
-            # thread switch less); anything else is handed to the serving pool.
+        def on_done(reply: Frame | None, error: grpc.RpcError | None) -> None:
+            # Runs on the pipe's reader thread (or the watchdog's), which must never run user
+            # callbacks nor block: a plain reply with no callback waiting is decoded and
+            # completed right here (one thread switch less); anything else is handed to the
+            # serving pool.
             decoded: tuple[bool, Any] | None = None
-            if gfut.exception() is None:
+            msg: Message | None = None
+            if reply is not None:
                 try:
-                    msg = self._assemble_one(peer, gfut.result())
+                    msg = self._assemble_one(peer, reply)
                     if not msg.header.reply.continuation:
                         decoded = self._decode_reply(peer, call, msg)
                 except BaseException as exc:  # noqa: BLE001 - delivered to the future
@@ -235,11 +247,11 @@ class Caller:
                 try:
                     if decoded is not None:
                         self._deliver(fut, *decoded)
-                        return
-                    msg = self._assemble_one(peer, gfut.result())
-                    self._finish(peer, call, msg, fut, what, started, timeout)
-                except grpc.RpcError as exc:
-                    self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
+                    elif msg is not None:
+                        self._finish(peer, call, msg, fut, what, started, timeout)
+                    else:
+                        assert error is not None
+                        self._fail(fut, map_rpc_error(error, peer.name, what, started, timeout))
                 except BaseException as exc:  # noqa: BLE001 - delivered to the future
                     self._fail(fut, exc)
                 finally:
@@ -251,7 +263,7 @@ class Caller:
                 complete()
 
         try:
-            self._transport.call_future(dial, frame, timeout, on_done)
+            self._transport.pipe_call(dial, call.message_id, encode_frame(frame), timeout, on_done)
         except GradwireError as exc:
             self._fail(fut, exc)
             self._forget(call.message_id)
@@ -338,13 +350,18 @@ class Caller:
             # for those it took, whose tickets it already cleared (see gradwire._wire.shm).
             shm.cancel(shared)
 
-    def fail_peer(self, worker_id: int, reason: str) -> int:
-        """Fail every pending call to ``worker_id`` with WorkerUnavailableError(``reason``)
-        (it is lost); how many. Each future gets its own exception object."""
+    def fail_peer(
+        self,
+        worker_id: int,
+        reason: str,
+        error: type[WorkerUnavailableError] = WorkerUnavailableError,
+    ) -> int:
+        """Fail every pending call to ``worker_id`` with ``error(reason)`` (it is lost, or it
+        departed); how many. Each future gets its own exception object."""
         with self._lock:
             doomed = [f for m, f in self.pending.items() if self._dest.get(m) == worker_id]
         for fut in doomed:
-            self._fail(fut, WorkerUnavailableError(reason))
+            self._fail(fut, error(reason))
         return len(doomed)
 
     def fail_all(self, reason: str) -> None:
@@ -410,8 +427,8 @@ class Caller:
                     )
             except grpc.RpcError as exc:
                 error = map_rpc_error(exc, peer.name, method, started, timeout)
-                if peer.id in self._events.lost:
-                    # Declared lost: retrying until the deadline would only stall the sender
+                if self._events.is_lost(peer.id):
+                    # Declared lost (or departed): retrying until the deadline would only stall the sender
                     # (e.g. a survivor's shutdown sending RRefDeletes to a dead owner).
                     raise _PeerLost(error) from exc
                 raise error from exc

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..._proto import worker_pb2 as pb
+from ...futures import Future
 
 __all__ = [
     "CallHook",
@@ -37,6 +38,7 @@ __all__ = [
     "send_reply",
     "recv_reply",
     "scope",
+    "call_started",
 ]
 
 
@@ -76,6 +78,14 @@ class CallHook:
         self, call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
     ) -> None:
         """After a reply to ``call`` is decoded, before the caller's future completes."""
+
+    def on_call_started(
+        self, call: pb.CallHeader, peer: int, done: Future[Any], deadline: float | None
+    ) -> None:
+        """After ``call`` left (only for a call that carries an autograd context, as a
+        hook stamped it in ``on_send_call``): ``done`` completes after
+        ``on_recv_reply`` of its answer, or with the call's error; ``deadline`` is the
+        ``time.monotonic()`` at which the call times out (None: never)."""
 
 
 _hooks: tuple[CallHook, ...] = ()
@@ -137,6 +147,11 @@ def recv_reply(
 ) -> None:
     for h in _hooks:
         h.on_recv_reply(call, header, tensors, peer)
+
+
+def call_started(call: pb.CallHeader, peer: int, done: Future[Any], deadline: float | None) -> None:
+    for h in _hooks:
+        h.on_call_started(call, peer, done, deadline)
 
 
 def scope(call: pb.CallHeader, peer: int) -> contextlib.AbstractContextManager[Any]:

@@ -97,6 +97,10 @@ class ServingPool:
             worker.park.release()
         return fut
 
+    def on_pool_thread(self) -> bool:
+        """Whether the calling thread is one of this pool's."""
+        return getattr(self._local, "member", False)
+
     def _slot_for_new_work(self) -> bool:
         # With the lock held: a slot is free and no thread back from a wait is owed one.
         return self._running < self._limit and self._resuming <= self._grants
@@ -139,6 +143,7 @@ class ServingPool:
 
     def _loop(self, me: _Worker) -> None:
         _futures.set_blocking_hook(self.blocking)
+        self._local.member = True
         task, me.task = me.task, None
         while task is not None:
             fn, args, fut = task

@@ -2,8 +2,9 @@
 
 A call is sent one of three ways, each a :class:`Route`:
 
-- ``UNARY``: one frame in a unary ``Call``, completed by a gRPC future on gRPC's thread (no
-  thread of either side waits for the reply): ``rpc_async``.
+- ``PIPE``: one frame among many in flight on the address's ``CallPipe`` stream, sent in
+  batches with the other calls waiting to go and answered in batches, in any order
+  (``pipe``); no thread of either side waits for the reply: ``rpc_async``.
 - ``CALL_STREAM``: one frame on one of the address's open ``CallStream`` streams, sent and
   answered on the calling thread (``streams``); a unary ``Call`` from that thread when every
   stream is busy: ``rpc_sync``.
@@ -21,14 +22,14 @@ from dataclasses import dataclass
 
 from ..cluster.workers import Peer
 
-__all__ = ["Route", "Choice", "UNARY", "CALL_STREAM", "FRAMED_STREAM", "choose_route"]
+__all__ = ["Route", "Choice", "PIPE", "CALL_STREAM", "FRAMED_STREAM", "choose_route"]
 
 
 @dataclass(frozen=True)
 class Route:
     """One way a call travels (see the module docstring)."""
 
-    #: For logs and tests: "unary", "call stream", "framed stream".
+    #: For logs and tests: "pipe", "call stream", "framed stream".
     name: str
     #: The request is a stream of chunks, not one frame.
     framed: bool
@@ -42,7 +43,7 @@ class Route:
         return f"<route {self.name}>"
 
 
-UNARY = Route("unary", framed=False, waits=False, fast_lane_ok=True)
+PIPE = Route("pipe", framed=False, waits=False, fast_lane_ok=False)
 CALL_STREAM = Route("call stream", framed=False, waits=True, fast_lane_ok=True)
 FRAMED_STREAM = Route("framed stream", framed=True, waits=True, fast_lane_ok=False)
 
@@ -66,15 +67,15 @@ def choose_route(peer: Peer, *, one_frame: bool, blocking: bool, reply_later: bo
     no        any      any         ``FRAMED_STREAM`` asyncio server (``peer.dial``)
     yes       yes      no          ``CALL_STREAM``   fast lane if same host (``peer.call_dial``)
     yes       yes      yes         ``CALL_STREAM``   asyncio server
-    yes       no       no          ``UNARY``         fast lane if same host
-    yes       no       yes         ``UNARY``         asyncio server
+    yes       no       any         ``PIPE``          asyncio server
     ========= ======== =========== ================= ==========================================
 
     "Reply later": the function is ``@async_execution`` or its arguments carry RRefs (which run
     once their owners confirmed them). The fast lane serves a call on a serving-pool thread and
     would park such a reply to be fetched in a second round trip; the asyncio server sends it
     when it is there, holding no thread on either side. A peer on another host has no fast
-    lane (``call_dial == dial``).
+    lane (``call_dial == dial``). The pipe is served by the asyncio server, which answers each
+    call of a batch when it is done without holding a thread while it waits.
 
     Args:
         peer: the destination.
@@ -94,7 +95,7 @@ def choose_route(peer: Peer, *, one_frame: bool, blocking: bool, reply_later: bo
     elif blocking:
         route = CALL_STREAM
     else:
-        route = UNARY
+        route = PIPE
     if route.fast_lane_ok and not reply_later:
         return Choice(route, peer.call_dial, peer.call_dial != peer.dial)
     return Choice(route, peer.dial, False)

@@ -27,7 +27,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -236,19 +236,27 @@ class _PublicStream:
 _Stream = _CoreStream | _PublicStream
 
 
+class Watched(Protocol):
+    """What the watchdog watches: a stream, or one call of a call pipe."""
+
+    expired: bool
+
+    def cancel(self) -> object: ...
+
+
 class Watchdog:
-    """Cancels streams whose call is past its deadline (one thread, started at the first call
-    with a deadline, sleeping until the nearest deadline)."""
+    """Cancels streams (and call-pipe calls) whose call is past its deadline (one thread,
+    started at the first call with a deadline, sleeping until the nearest deadline)."""
 
     def __init__(self, name: str = "gradwire-deadlines") -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._armed: dict[_Stream, float] = {}
+        self._armed: dict[Watched, float] = {}
         self._wake_at = math.inf
         self._thread: threading.Thread | None = None
         self._closed = False
         self._name = name
 
-    def arm(self, stream: _Stream, deadline: float) -> None:
+    def arm(self, stream: Watched, deadline: float) -> None:
         with self._cond:
             self._armed[stream] = deadline
             if self._thread is None and not self._closed:
@@ -258,7 +266,7 @@ class Watchdog:
                 self._wake_at = deadline
                 self._cond.notify()
 
-    def disarm(self, stream: _Stream) -> bool:
+    def disarm(self, stream: Watched) -> bool:
         """Stop watching ``stream``; whether its deadline passed (it was cancelled)."""
         with self._cond:
             self._armed.pop(stream, None)

@@ -101,11 +101,12 @@ def _index(device: str) -> int:
     return Device(device).index or 0
 
 
-def validate(members: Sequence[pb.WorkerInfo]) -> list[str]:
+def validate(members: Sequence[pb.WorkerInfo], dynamic: bool = False) -> list[str]:
     """Every problem with the members' device maps, as sentences naming worker and device.
 
     Args:
         members: the rendezvous records of the whole cluster.
+        dynamic: a dynamic group, where a map may name a worker that has not joined yet.
 
     Returns:
         An empty list when the maps are valid.
@@ -120,6 +121,8 @@ def validate(members: Sequence[pb.WorkerInfo]) -> list[str]:
                     "CUDA devices"
                 )
         for peer, dmap in sorted(m.device_maps.items()):
+            if peer not in by_name and dynamic:
+                continue
             if peer not in by_name:
                 problems.append(
                     f"worker {m.name!r} has a device map for {peer!r}, which is not a worker of "

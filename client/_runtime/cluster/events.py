@@ -1,5 +1,6 @@
 """What services learn from each other without holding each other: the agent's state changes,
-a peer declared lost (or answering again), and the control events of WatchControl.
+a peer declared lost (or answering again), a member that joined or left a dynamic group, and
+the control events of WatchControl.
 
 The failure detector publishes "peer lost"; the agent subscribes the services that act on it
 (fail the calls pending to it, drop its channels, reclaim its dist-autograd contexts, stop
@@ -46,8 +47,12 @@ class ClusterEvents:
         self.state = AgentState.UNINITIALIZED
         #: worker id -> (time.time() when declared lost, reason), while it does not answer.
         self.lost: dict[int, tuple[float, str]] = {}
+        #: worker id -> time.time() when it left the (dynamic) group with shutdown().
+        self.departed: dict[int, float] = {}
         self._on_state: list[Callable[[AgentState], None]] = []
         self._on_peer_lost: list[Callable[[Peer, str], None]] = []
+        self._on_peer_joined: list[Callable[[Peer], None]] = []
+        self._on_peer_left: list[Callable[[Peer], None]] = []
 
     def on_state(self, listener: Callable[[AgentState], None]) -> None:
         """Call ``listener(state)`` on every later state change."""
@@ -56,6 +61,14 @@ class ClusterEvents:
     def on_peer_lost(self, listener: Callable[[Peer, str], None]) -> None:
         """Call ``listener(peer, why)`` when a peer is declared lost."""
         self._on_peer_lost.append(listener)
+
+    def on_peer_joined(self, listener: Callable[[Peer], None]) -> None:
+        """Call ``listener(peer)`` when a member joins (dynamic group)."""
+        self._on_peer_joined.append(listener)
+
+    def on_peer_left(self, listener: Callable[[Peer], None]) -> None:
+        """Call ``listener(peer)`` when a member leaves with shutdown() (dynamic group)."""
+        self._on_peer_left.append(listener)
 
     def state_changed(self, state: AgentState) -> None:
         self.state = state
@@ -78,8 +91,28 @@ class ClusterEvents:
         """A peer declared lost answers again."""
         self.lost.pop(peer.id, None)
 
+    def peer_joined(self, peer: Peer) -> None:
+        """``peer`` joined the group: tell every subscriber."""
+        self.departed.pop(peer.id, None)
+        self.lost.pop(peer.id, None)  # a new worker under a rank once lost
+        self._publish(self._on_peer_joined, peer, "peer-joined")
+
+    def peer_left(self, peer: Peer) -> None:
+        """``peer`` left the group with shutdown(): tell every subscriber."""
+        self.departed[peer.id] = time.time()
+        self._publish(self._on_peer_left, peer, "peer-left")
+
+    @staticmethod
+    def _publish(listeners: list[Callable[[Peer], None]], peer: Peer, what: str) -> None:
+        for listener in list(listeners):
+            try:
+                listener(peer)
+            except Exception:
+                log.exception("%s listener failed", what)
+
     def is_lost(self, worker_id: int) -> bool:
-        return worker_id in self.lost
+        """Lost, or departed: nothing will reach it any more (messages stop retrying)."""
+        return worker_id in self.lost or worker_id in self.departed
 
 
 class ControlEvents:

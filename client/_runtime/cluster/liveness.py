@@ -82,21 +82,62 @@ class Liveness:
         self._probing: dict[int, threading.Thread] = {}
         #: worker id -> (time.time() when declared lost, reason)
         self.lost = events.lost
-        self._subscriptions: list[tuple[grpc.Channel, Callable[..., None]]] = []
+        #: worker id -> the channel watched and its callback
+        self._subscriptions: dict[int, tuple[grpc.Channel, Callable[..., None]]] = {}
 
     def start(self) -> None:
         """Listen for failed calls and watch the channel to every peer."""
         transport.add_failure_observer(self.report)
         for peer in self._ctx.peers:
-            if peer.id == self._ctx.rank:
-                continue
+            self.watch(peer)
+
+    def watch(self, peer: Peer) -> None:
+        """Watch the channel to ``peer`` (at the start, and when it joins a dynamic group)."""
+        if peer.id == self._ctx.rank or self._stopped.is_set():
+            return
+        transport.set_lost(peer.name, None)  # a worker joining under a name once lost
+        self.forget(peer)
+        try:
+            channel = self._transport.channel(peer.dial)
+        except Exception:  # noqa: BLE001 - shutting down already
+            return
+        watch = self._watcher(peer)
+        channel.subscribe(watch, try_to_connect=True)
+        with self._lock:
+            self._subscriptions[peer.id] = (channel, watch)
+
+    def watch_departure(self, peer: Peer, gone: Callable[[Peer], None]) -> None:
+        """``peer`` left its dynamic group: call ``gone(peer)`` once its connection closes
+        (it stopped serving; what is still pending to it will never be answered)."""
+        self.forget(peer)
+        if self._stopped.is_set():
+            return
+        try:
+            channel = self._transport.channel(peer.dial)
+        except Exception:  # noqa: BLE001 - shutting down already
+            return
+        fired = threading.Event()
+
+        def on_state(state: grpc.ChannelConnectivity) -> None:
+            if state in _DROPPED and not fired.is_set():
+                fired.set()  # off gRPC's callback thread: ``gone`` may close this channel
+                threading.Thread(
+                    target=gone, args=(peer,), name=f"gradwire-departed-{peer.name}", daemon=True
+                ).start()
+
+        channel.subscribe(on_state, try_to_connect=False)
+        with self._lock:
+            self._subscriptions[peer.id] = (channel, on_state)
+
+    def forget(self, peer: Peer) -> None:
+        """Stop watching ``peer`` (it left a dynamic group: its going away is no failure)."""
+        with self._lock:
+            old = self._subscriptions.pop(peer.id, None)
+        if old is not None:
             try:
-                channel = self._transport.channel(peer.dial)
-            except Exception:  # noqa: BLE001 - shutting down already
-                return
-            watch = self._watcher(peer)
-            channel.subscribe(watch, try_to_connect=True)
-            self._subscriptions.append((channel, watch))
+                old[0].unsubscribe(old[1])
+            except Exception:  # noqa: BLE001 - the channel may be closed already
+                pass
 
     def _watcher(self, peer: Peer) -> Callable[[grpc.ChannelConnectivity], None]:
         last = [grpc.ChannelConnectivity.IDLE]
@@ -112,12 +153,14 @@ class Liveness:
         """Stop listening; wait (bounded) for running probes to notice."""
         transport.remove_failure_observer(self.report)
         self._stopped.set()
-        for channel, watch in self._subscriptions:
+        with self._lock:
+            subscriptions = list(self._subscriptions.values())
+            self._subscriptions.clear()
+        for channel, watch in subscriptions:
             try:
                 channel.unsubscribe(watch)
             except Exception:  # noqa: BLE001 - the channel may be closed already
                 pass
-        self._subscriptions.clear()
         for worker_id in list(self.lost):
             transport.set_lost(self._ctx.peer_name(worker_id), None)
         with self._lock:
@@ -178,6 +221,8 @@ class Liveness:
     def _declare_lost(self, peer: Peer, why: str) -> None:
         if self._events.state not in _WATCHED_STATES:
             return
+        if self._ctx.peers.by_id.get(peer.id) != peer:
+            return  # it left its dynamic group (or another worker took its rank)
         transport.set_lost(peer.name, why)  # later failures to reach it say it is lost
         log.warning("%s: worker %r is lost: %s", self._ctx.name, peer.name, why)
         self._events.peer_lost(peer, why)

@@ -37,7 +37,8 @@ class GrpcRpcBackendOptions:
         rpc_timeout: default timeout of a call, seconds (``0`` disables it).
         num_worker_threads: serving threads that may run user code at once.
         init_method: ``"env://"`` (MASTER_ADDR / MASTER_PORT), ``"tcp://host:port"`` (the
-            address of rank 0), or a list of ``"host:port"`` addresses, one per rank (each rank
+            address of rank 0), ``"file:///path"`` (rank 0 writes its address to the file, the
+            others read it), or a list of ``"host:port"`` addresses, one per rank (each rank
             listens on its own entry; rank 0 hosts the rendezvous).
         init_timeout: seconds to wait for every rank to join.
         listen_address: ``"host:port"`` this worker serves on; default loopback, port 0 (rank 0:
@@ -76,7 +77,8 @@ class GrpcRpcBackendOptions:
             (128 KiB: from there on it beats one gRPC frame, 0.91 vs 0.96 ms for an echo here).
         shm_pool_bytes: shared memory this worker keeps per same-host peer for reuse; a tensor
             that does not fit streams instead.
-        rref_leak_check: what graceful shutdown does with OwnerRRefs still referenced:
+        rref_leak_check: what graceful shutdown does when an owner still knows forks of its
+            OwnerRRefs after every worker deleted its UserRRefs (PyTorch's RRef leak):
             ``"warn"`` (log a warning), ``"error"`` (raise RRefLeakError) or ``"off"``.
         rref_tombstone_ttl: seconds an owner remembers deleted RRefs and forks, to ignore stale
             retries of control messages (must exceed one attempt's deadline, 10 s at most).

@@ -1,6 +1,7 @@
 """Rendezvous and barriers, hosted by rank 0 on its own Worker service (no other server).
 
-``plan()`` turns an init method into addresses; :class:`RendezvousHost` collects Join requests
+``plan()`` turns an init method into addresses (``file://``: rank 0 writes its address to the
+file, :func:`publish_address`, the others read it); :class:`RendezvousHost` collects Join requests
 until every rank arrived and answers all of them with the member list; :class:`BarrierHost`
 releases a named barrier once every worker reached it. Both run on the I/O loop.
 """
@@ -11,13 +12,29 @@ import asyncio
 import ipaddress
 import os
 import socket
+import time
 from dataclasses import dataclass
 
 from ..._proto import worker_pb2 as pb
 from ...errors import RpcInitError
 from . import device_maps
 
-__all__ = ["Plan", "plan", "is_loopback", "route_to", "RendezvousHost", "BarrierHost"]
+__all__ = [
+    "Plan",
+    "plan",
+    "is_loopback",
+    "route_to",
+    "publish_address",
+    "read_address",
+    "withdraw_address",
+    "RendezvousHost",
+    "BarrierHost",
+    "FILE_SCHEME",
+]
+
+#: The init method whose rendezvous goes through a file (PyTorch's ``file://``).
+FILE_SCHEME = "file://"
+_FILE_POLL_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -26,6 +43,9 @@ class Plan:
 
     master: str
     listen: str
+    #: A ``file://`` rendezvous: the file where rank 0 publishes its address ("" otherwise;
+    #: ``master`` is then read from it at the rendezvous, by the other ranks).
+    store_file: str = ""
 
 
 def is_loopback(host: str) -> bool:
@@ -46,6 +66,56 @@ def _split(address: str, what: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def publish_address(path: str, address: str) -> None:
+    """Rank 0 of a ``file://`` rendezvous: write ``address`` to ``path`` (atomically, readable
+    by this user only; the cluster token never goes there).
+
+    Raises:
+        RpcInitError: the file cannot be written.
+    """
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{address}\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise RpcInitError(f"file:// rendezvous: cannot write {path!r}: {exc}") from exc
+
+
+def read_address(path: str, timeout: float) -> str:
+    """The other ranks of a ``file://`` rendezvous: rank 0's address, once it wrote it.
+
+    Raises:
+        RpcInitError: no valid address appeared in ``path`` within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with open(path) as f:
+                address = f.read(512).strip()
+            _split(address, f"address in {path!r}")
+            return address
+        except (OSError, RpcInitError):
+            if time.monotonic() >= deadline:
+                raise RpcInitError(
+                    f"rendezvous timed out after {timeout} s: rank 0 wrote no address to {path!r}"
+                ) from None
+            time.sleep(_FILE_POLL_SECONDS)
+
+
+def withdraw_address(path: str, address: str) -> None:
+    """Rank 0 stopping: remove ``path`` if it still holds its ``address`` (a later run may
+    reuse the file name)."""
+    try:
+        with open(path) as f:
+            if f.read(512).strip() != address:
+                return
+        os.remove(path)
+    except OSError:
+        pass
+
+
 def route_to(host: str) -> str:
     """The local IP that routes to ``host`` (no packet is sent)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -60,7 +130,9 @@ def plan(init_method: str | list[str], rank: int, world_size: int, listen: str |
     """Resolve an init method.
 
     Args:
-        init_method: "env://", "tcp://host:port" or a list of "host:port", one per rank.
+        init_method: "env://", "tcp://host:port", "file:///path" (rank 0 listens on loopback
+            unless ``listen`` says otherwise and writes its address there; the others read
+            it) or a list of "host:port", one per rank.
         rank: this worker's rank.
         world_size: number of workers.
         listen: explicit listen address from the options, if any.
@@ -76,6 +148,11 @@ def plan(init_method: str | list[str], rank: int, world_size: int, listen: str |
         for a in init_method:
             _split(a, "worker address")
         return Plan(master=init_method[0], listen=listen or init_method[rank])
+    if isinstance(init_method, str) and init_method.startswith(FILE_SCHEME):
+        path = init_method[len(FILE_SCHEME) :]
+        if not path:
+            raise RpcInitError("init_method 'file://' needs the path of a file, e.g. file:///tmp/x")
+        return Plan(master="", listen=listen or "127.0.0.1:0", store_file=path)
     if init_method == "env://":
         addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
         if not addr or not port:
@@ -88,8 +165,8 @@ def plan(init_method: str | list[str], rank: int, world_size: int, listen: str |
         master = init_method[len("tcp://") :].rstrip("/")
     else:
         raise RpcInitError(
-            f"unsupported init_method {init_method!r}: use 'env://', 'tcp://host:port' or a list "
-            "of worker addresses"
+            f"unsupported init_method {init_method!r}: use 'env://', 'tcp://host:port', "
+            "'file:///path' or a list of worker addresses"
         )
     host, port_num = _split(master, "master address")
     if listen is None:
@@ -110,6 +187,9 @@ class RendezvousHost:
         self.members: dict[int, pb.WorkerInfo] = {}
         self.error: str | None = None
         self._done = asyncio.Event()
+        #: Ranks that asked to join, refused ones included (who has learnt the outcome).
+        self.contacted: set[int] = set()
+        self._contact = asyncio.Event()
 
     def _fail(self, message: str) -> RpcInitError:
         self.error = self.error or message
@@ -118,6 +198,8 @@ class RendezvousHost:
 
     def add(self, worker: pb.WorkerInfo, world_size: int) -> None:
         """Register a member. Raises RpcInitError (and fails the rendezvous) on conflicts."""
+        self.contacted.add(worker.id)
+        self._contact.set()
         if self.error:
             raise RpcInitError(f"rendezvous already failed: {self.error}")
         if world_size != self.world_size:
@@ -132,7 +214,8 @@ class RendezvousHost:
         for other in self.members.values():
             if other.name == worker.name and other.id != worker.id:
                 raise self._fail(
-                    f"duplicate worker name {worker.name!r} (ranks {other.id} and {worker.id})"
+                    f"Worker name {worker.name!r} is not unique: duplicate worker name "
+                    f"{worker.name!r} (ranks {other.id} and {worker.id})"
                 )
         self.members[worker.id] = worker
         if len(self.members) == self.world_size:
@@ -156,6 +239,18 @@ class RendezvousHost:
             raise RpcInitError(f"rendezvous failed: {self.error}")
         members = [self.members[r] for r in range(self.world_size)]
         return pb.JoinReply(workers=members, session=self.session, token=self.token)
+
+    async def linger(self, seconds: float) -> None:
+        """After a failure: keep answering Join (with the error) until every rank has asked or
+        ``seconds`` pass, so that each rank fails with the reason, not with rank 0 gone."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while len(self.contacted) < self.world_size and loop.time() < end:
+            self._contact.clear()
+            try:
+                await asyncio.wait_for(self._contact.wait(), end - loop.time())
+            except asyncio.TimeoutError:
+                return
 
 
 class BarrierHost:

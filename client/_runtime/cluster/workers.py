@@ -22,6 +22,9 @@ class WorkerInfo:
     name: str
     id: int
 
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+
     def __repr__(self) -> str:
         return f"WorkerInfo(id={self.id}, name={self.name})"
 
@@ -55,16 +58,25 @@ class Peer:
 
 
 def validate_name(name: Any) -> str:
-    """Check a worker name: non-empty, [A-Za-z0-9_:-], under 128 characters.
+    """Check a worker name: non-empty, [A-Za-z0-9_:-], under 128 characters (PyTorch's rule).
 
     Raises:
-        RpcInitError: the name breaks the rules (the message says which).
+        RpcInitError: the name breaks the rules (PyTorch's message, then which rule).
     """
     if not isinstance(name, str):
         raise RpcInitError(f"worker name must be a string, got {type(name).__name__}")
     if not _NAME_RE.match(name):
+        why = (
+            "it is empty"
+            if not name
+            else f"it has {len(name)} characters"
+            if len(name) > 127
+            else "it has other characters"
+        )
         raise RpcInitError(
-            f"invalid worker name {name!r}: use 1 to 127 characters from A-Z a-z 0-9 _ : -"
+            "Worker name must match ^[A-Za-z0-9-_:]*$, and must be non-empty and shorter than "
+            f"128 chars, but got {name[:200]!r}: invalid worker name, {why}; use 1 to 127 "
+            "characters from A-Z a-z 0-9 _ : -"
         )
     return name
 
@@ -86,8 +98,15 @@ def host_id() -> str:
     return f"{boot}/{socket.gethostname()}"
 
 
-def resolve_destination(to: Any, peers: list[Peer], by_name: dict[str, Peer]) -> Peer:
-    """Map ``to`` (name, WorkerInfo or rank) to a Peer.
+def resolve_destination(
+    to: Any, by_id: dict[int, Peer], by_name: dict[str, Peer], world_size: int = 0
+) -> Peer:
+    """Map ``to`` (name, WorkerInfo or rank) to a current member.
+
+    Args:
+        to: the destination.
+        by_id, by_name: the members.
+        world_size: the fixed size of a static group (ranks 0..world_size-1); 0 for a dynamic one.
 
     Raises:
         UnknownWorkerError: unknown name, rank out of range, or a rank that is not an integer.
@@ -109,6 +128,10 @@ def resolve_destination(to: Any, peers: list[Peer], by_name: dict[str, Peer]) ->
         raise UnknownWorkerError(
             f"destination must be a worker name, a WorkerInfo or an int rank, got {to!r}"
         )
-    if not 0 <= to < len(peers):
-        raise UnknownWorkerError(f"rank {to} is out of range for world size {len(peers)}")
-    return peers[to]
+    peer = by_id.get(to)
+    if peer is None:
+        if world_size:
+            raise UnknownWorkerError(f"rank {to} is out of range for world size {world_size}")
+        known = ", ".join(str(i) for i in sorted(by_id)) or "none"
+        raise UnknownWorkerError(f"no worker has rank {to}; known ranks: {known}")
+    return peer

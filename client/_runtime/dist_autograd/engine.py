@@ -23,8 +23,15 @@ starts a pass, every recv function it cannot reach is fired at once with "no gra
 outputs influence nothing being differentiated there, so their gradient is zero), which releases
 the peer's send function with zero gradient. A call that received tensors requiring grad always
 answers with a send/recv pair, even when its result carries no such tensor, so every worker that
-took part hears of the pass. Because forward messages are ordered in time, the send/recv pairs
-form no cycle, so every send function eventually fires: the pass always finishes.
+took part hears of the pass. Such an empty pair is kept apart from the context's send and recv
+functions (``empty_sends`` / ``empty_recvs``): it is the autograd function of no tensor, and
+PyTorch records nothing there, so ``_send_functions()`` / ``_recv_functions()`` show what
+PyTorch's show. Because forward messages are ordered in time, the send/recv pairs form no
+cycle, so every send function eventually fires: the pass always finishes.
+
+Calls in flight. A worker starting or joining a pass first waits for the answers of its
+context's calls that sent tensors requiring grad and are still unanswered (``inflight``): their
+reply pairs tell the pass which workers it must reach.
 
 Completion. A PropagateGradients request is answered once its worker's ready queue is empty and
 every gradient message that its processing sent has been answered; so when the originator's own
@@ -35,6 +42,7 @@ originator, naming the worker where it happened.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import threading
 import time
@@ -43,11 +51,12 @@ from typing import Any, Callable, Protocol
 
 from ..._ops._base import edge_of
 from ...autograd import _root_edges
-from ...autograd.engine import GraphTask
+from ...autograd.engine import GraphTask, LeafSink
 from ...autograd.graph import Node
-from ...errors import ArgumentError
+from ...errors import ArgumentError, RemoteError
 from ...futures import Future
 from ..util.tombstones import Tombstones
+from .inflight import CallsInFlight
 
 __all__ = [
     "DistTransport",
@@ -79,9 +88,12 @@ class DistTransport(Protocol):
         pass_id: int,
         retain_graph: bool,
         grads: list[Any],
+        here: bool = False,
     ) -> Future[Any]:
         """Deliver gradients for send function ``message_id`` on worker ``dst``; the future
-        completes when ``dst`` finished processing them (or fails with the reason)."""
+        completes when ``dst`` finished processing them (or fails with the reason). ``here``:
+        the calling thread has nothing else to do until then, so the transport may send and
+        wait on it (no hand-off to another thread and back)."""
         ...
 
     def release_context(self, dst: int, context_id: int) -> Future[Any]:
@@ -99,7 +111,7 @@ class SendFunction(Node):
         self._num_outputs = num_tensors
 
     def name(self) -> str:
-        return "SendRpcBackward"
+        return "torch::distributed::autograd::SendRpcBackward"  # PyTorch's (C++) name
 
     def backward(self, *grads: Any) -> Any:
         return grads
@@ -121,7 +133,7 @@ class RecvFunction(Node):
         self.next_functions = ()
 
     def name(self) -> str:
-        return "RecvRpcBackward"
+        return "torch::distributed::autograd::RecvRpcBackward"  # PyTorch's (C++) name
 
     def backward(self, *grads: Any) -> Any:
         _current_pass().send(self, list(grads))
@@ -144,28 +156,54 @@ class DistAutogradContext:
     def __init__(self, context_id: int) -> None:
         self.context_id = context_id
         self.lock = threading.Lock()
+        # By message id, in the order they were recorded. Messages that carried tensors
+        # requiring grad (what PyTorch records):
         self.send_functions: dict[int, SendFunction] = {}
         self.recv_functions: dict[int, RecvFunction] = {}
+        # Empty pairs, replies that carried none (module docstring): they only tell the callee
+        # of every pass, so that it releases the caller's send functions.
+        self.empty_sends: dict[int, SendFunction] = {}
+        self.empty_recvs: dict[int, RecvFunction] = {}
         self.known_workers: set[int] = set()
+        #: Calls made here in this context whose answer is outstanding (``inflight``).
+        self.calls = CallsInFlight(context_id)
         self._grads: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (tensor, gradient)
         self.passes: dict[int, _PassState] = {}
 
     def add_send(self, fn: SendFunction) -> None:
         with self.lock:
-            self.send_functions[fn.message_id] = fn
+            (self.send_functions if fn._num_outputs else self.empty_sends)[fn.message_id] = fn
             self.known_workers.add(fn.dst)
 
     def add_recv(self, fn: RecvFunction) -> None:
         with self.lock:
-            self.recv_functions[fn.message_id] = fn
+            (self.recv_functions if fn._num_outputs else self.empty_recvs)[fn.message_id] = fn
             self.known_workers.add(fn.src)
 
-    def accumulate(self, leaf: Any, grad: Any) -> None:
+    def send_function(self, message_id: int) -> SendFunction | None:
+        """The send function (empty or not) of message ``message_id``, if recorded here."""
+        with self.lock:
+            fn = self.send_functions.get(message_id)
+            return fn if fn is not None else self.empty_sends.get(message_id)
+
+    def recv_function(self, message_id: int) -> RecvFunction | None:
+        """The recv function (empty or not) of message ``message_id``, if recorded here."""
+        with self.lock:
+            fn = self.recv_functions.get(message_id)
+            return fn if fn is not None else self.empty_recvs.get(message_id)
+
+    def accumulate(self, leaf: Any, grad: Any, owned: bool = False) -> None:
         """Add ``grad`` to this context's gradient of ``leaf`` (never to ``leaf.grad``); the
-        store keeps it on the leaf's device (a device array, not a host copy)."""
+        store keeps it on the leaf's device (a device array, not a host copy).
+
+        PyTorch's rule for the first gradient of a leaf: it is stored without a copy when
+        ``owned`` (nothing else holds it or its buffer) and it has the leaf's layout; otherwise
+        a copy is stored, so the store never aliases a tensor someone else can see or change."""
         g = grad.detach()
         if g.device != leaf.device:
-            g = g.to(leaf.device)
+            g = g.to(leaf.device)  # a new buffer already
+        elif not owned or g._data.strides != leaf._data.strides:
+            g = g.clone()
         with self.lock:
             prev = self._grads.get(id(leaf))
             # Out of place: the same gradient tensor may be stored for several leaves.
@@ -214,8 +252,8 @@ class DistAutogradContainer:
         """
         if self.current_id() is not None:
             raise ContextError(
-                f"this thread is already inside distributed autograd context {self.current_id()}; "
-                "contexts do not nest: leave it first (one context per thread)"
+                "Already have an autograd context id for this thread: it is inside distributed "
+                f"autograd context {self.current_id()}, and contexts do not nest (leave it first)"
             )
         ctx_id = (self.worker_id << _CTX_SHIFT) + next(self._counter)
         ctx = DistAutogradContext(ctx_id)
@@ -244,8 +282,8 @@ class DistAutogradContainer:
             ctx = self._contexts.get(ctx_id)
             released = ctx_id in self._released
         if ctx is None:
-            state = "was released" if released else "is not known on this worker"
-            raise ContextError(f"distributed autograd context {ctx_id} {state}")
+            state = "it was released" if released else "it is not known on this worker"
+            raise ContextError(f"Could not find autograd context with id: {ctx_id} ({state})")
         return ctx
 
     def get_or_create(self, ctx_id: int) -> DistAutogradContext:
@@ -303,6 +341,42 @@ def record_recv(
     return fn
 
 
+def _leaf_sink(ctx: DistAutogradContext) -> LeafSink:
+    """Where one pass's leaf gradients go: the context's store. A gradient that reached a leaf
+    while shared is never stored without a copy for any leaf of the pass, as in PyTorch (whose
+    distributed engine holds every gradient until the pass is done): one gradient given to two
+    leaves is copied for both, not only for the first."""
+    # Data pointers of such gradients (two tensor objects may share one buffer); an address
+    # reused later by another buffer only costs a copy.
+    shared: set[int] = set()
+
+    def sink(leaf: Any, grad: Any, owned: bool) -> None:
+        ptr = grad.data_ptr()
+        if not owned:
+            shared.add(ptr)
+        elif ptr in shared:
+            owned = False
+        ctx.accumulate(leaf, grad, owned)
+
+    return sink
+
+
+def _on_node(exc: BaseException, worker_id: int) -> BaseException:
+    """``exc``, raised here while handling a peer's gradients, in PyTorch's form for the peer:
+    the same type and traceback, its message prefixed with "Error on Node <worker id>: ". An
+    error that came from another worker already names its worker and is kept."""
+    if isinstance(exc, RemoteError) or not isinstance(exc, Exception):
+        return exc
+    try:
+        named = copy.copy(exc)
+        named.args = (f"Error on Node {worker_id}: {exc}",)
+    except Exception:  # noqa: BLE001 - a type that does not copy: sent as it is
+        return exc
+    named.__cause__, named.__context__ = exc.__cause__, exc.__context__
+    named.__suppress_context__ = exc.__suppress_context__
+    return named.with_traceback(exc.__traceback__)
+
+
 _tls = threading.local()
 
 
@@ -314,12 +388,37 @@ class _Collector:
     ) -> None:
         self.engine, self.ctx, self.state, self.retain = engine, ctx, state, retain
         self.futures: list[Future[Any]] = []
+        #: The message of a recv function that ran last (nothing was left in the ready queue):
+        #: sent by this thread itself once the run is over and the pass's lock is released.
+        self.last: tuple[RecvFunction, list[Any]] | None = None
 
     def send(self, recv: RecvFunction, grads: list[Any]) -> None:
-        fut = self.engine.transport.send_gradients(
-            recv.src, self.ctx.context_id, recv.message_id, self.state.pass_id, self.retain, grads
+        if self.last is None and not self.state.task.ready:
+            # Nothing runs here after this node (a recv function has no next functions), so
+            # waiting until the run ends delays nothing, and the answer is what this thread
+            # waits for next: one thread, no hand-off to the pool and back.
+            self.last = (recv, grads)
+            return
+        self.futures.append(self._send(recv, grads, here=False))
+
+    def _send(self, recv: RecvFunction, grads: list[Any], here: bool) -> Future[Any]:
+        return self.engine.transport.send_gradients(
+            recv.src,
+            self.ctx.context_id,
+            recv.message_id,
+            self.state.pass_id,
+            self.retain,
+            grads,
+            here=here,
         )
-        self.futures.append(fut)
+
+    def flush(self, here: bool) -> None:
+        """Send the held message (call with no lock held): ``here`` on this thread, which
+        then waits for its answer, or else handed off (the run failed)."""
+        if self.last is not None:
+            recv, grads = self.last
+            self.last = None
+            self.futures.append(self._send(recv, grads, here=here))
 
 
 def _current_pass() -> _Collector:
@@ -348,16 +447,28 @@ class DistAutogradEngine:
         self._pass_ids = itertools.count(1)
         self._wrap_error = wrap_error
         self._active_lock = threading.Lock()
-        self._active = 0  # backward passes running on this worker (originated or joined)
+        # pass id -> runs of it in progress here (the originator's backward(), the handling of
+        # each gradient message); a pass counts once however many messages it is handling.
+        self._active: dict[int, int] = {}
 
     @property
     def active_passes(self) -> int:
-        """Backward passes this worker is running now (PyTorch's num_current_backward_passes)."""
-        return self._active
-
-    def _enter(self, delta: int) -> None:
+        """Backward passes this worker is taking part in now, originated here or joined
+        (PyTorch's num_current_backward_passes)."""
         with self._active_lock:
-            self._active += delta
+            return len(self._active)
+
+    def _enter(self, pass_id: int) -> None:
+        with self._active_lock:
+            self._active[pass_id] = self._active.get(pass_id, 0) + 1
+
+    def _leave(self, pass_id: int) -> None:
+        with self._active_lock:
+            left = self._active[pass_id] - 1
+            if left:
+                self._active[pass_id] = left
+            else:
+                del self._active[pass_id]
 
     # -- the originator --------------------------------------------------------------------------
     def backward(self, context_id: int, roots: list[Any], retain_graph: bool = False) -> None:
@@ -372,29 +483,35 @@ class DistAutogradEngine:
             raise ArgumentError("backward() needs at least one root tensor (got an empty list)")
         edges = _root_edges(list(roots), [None] * len(roots), "roots")
         pass_id = (self.container.worker_id << _CTX_SHIFT) + next(self._pass_ids)
-        self._enter(1)
+        self._enter(pass_id)
         try:
+            ctx.calls.wait()  # every reply pair is recorded before the pass counts them
             state = self._start_pass(ctx, pass_id, retain_graph, [n for n, _, _ in edges])
             col = _Collector(self, ctx, state, retain_graph)
-            with state.lock:
-                for node, nr, grad in edges:
-                    state.task.add_grad(node, nr, grad)
-                for node, _, _ in edges:
-                    state.task.release(node, 0)
-                self._run(col, ctx, state)
+            try:
+                with state.lock:
+                    for node, nr, grad in edges:
+                        state.task.add_grad(node, nr, grad)
+                    for node, _, _ in edges:
+                        state.task.release(node, 0)
+                    self._run(col, ctx, state)
+            except BaseException:
+                col.flush(here=False)  # a failed run still answers its peers
+                raise
             self._finish(col).wait()
         finally:
-            self._enter(-1)
+            self._leave(pass_id)
 
     # -- a peer's gradients arrive ---------------------------------------------------------------
     def on_gradients(
         self, context_id: int, message_id: int, pass_id: int, retain_graph: bool, grads: list[Any]
     ) -> Future[Any]:
         """Feed gradients into send function ``message_id``; the future completes when this
-        worker has processed everything they made ready (and its own messages are answered)."""
-        self._enter(1)
+        worker has processed everything they made ready (and its own messages are answered).
+        The engine takes ``grads`` over (its items are replaced by None)."""
+        self._enter(pass_id)
         done = self._on_gradients(context_id, message_id, pass_id, retain_graph, grads)
-        done.add_done_callback(lambda _: self._enter(-1))
+        done.add_done_callback(lambda _: self._leave(pass_id))
         return done
 
     def _on_gradients(
@@ -402,7 +519,7 @@ class DistAutogradEngine:
     ) -> Future[Any]:
         try:
             ctx = self.container.get(context_id)
-            send = ctx.send_functions.get(message_id)
+            send = ctx.send_function(message_id)
             if send is None:
                 raise ContextError(
                     f"distributed autograd context {context_id} on {self.worker_name} has no send "
@@ -411,26 +528,47 @@ class DistAutogradEngine:
             with ctx.lock:
                 state = ctx.passes.get(pass_id)
             if state is None:
+                ctx.calls.wait()  # this worker's own calls in flight, as the originator does
                 state = self._start_pass(ctx, pass_id, retain_graph, [])
             col = _Collector(self, ctx, state, retain_graph)
-            with state.lock:
-                if state.failed is not None:
-                    raise state.failed
-                if len(grads) != send._num_outputs:
-                    raise ContextError(
-                        f"message {message_id} carries {len(grads)} gradients for a send function of "
-                        f"{send._num_outputs} tensors"
-                    )
-                for nr, g in enumerate(grads):
-                    if g is not None:
-                        state.task.add_grad(send, nr, g)
-                state.task.release(send)
-                self._run(col, ctx, state)
+            try:
+                self._feed(col, ctx, state, send, message_id, grads)
+            except BaseException:
+                col.flush(here=False)  # a failed run still answers its peers
+                raise
         except BaseException as exc:  # noqa: BLE001 - reported to the peer, never swallowed
             fut: Future[Any] = Future()
-            fut.set_exception(self._wrap(exc))
+            fut.set_exception(self._wrap(_on_node(exc, self.container.worker_id)))
             return fut
         return self._finish(col)
+
+    def _feed(
+        self,
+        col: _Collector,
+        ctx: DistAutogradContext,
+        state: _PassState,
+        send: SendFunction,
+        message_id: int,
+        grads: list[Any],
+    ) -> None:
+        """Give a message's gradients to its send function and run what they make ready."""
+        with state.lock:
+            if state.failed is not None:
+                raise state.failed
+            if len(grads) != send._num_outputs:
+                raise ContextError(
+                    f"message {message_id} carries {len(grads)} gradients for a send function of "
+                    f"{send._num_outputs} tensors"
+                )
+            # The task takes the tensors over: with no reference left in ``grads``, a received
+            # gradient that reaches a leaf unshared is stored without a copy (``_unshared``).
+            for nr in range(len(grads)):
+                g, grads[nr] = grads[nr], None
+                if g is not None:
+                    state.task.add_grad(send, nr, g)
+            g = None
+            state.task.release(send)
+            self._run(col, ctx, state)
 
     # -- internals ---------------------------------------------------------------------------
     def _start_pass(
@@ -440,14 +578,14 @@ class DistAutogradEngine:
             state = ctx.passes.get(pass_id)
             if state is not None:
                 return state
-            task = GraphTask(retain, False, ctx.accumulate)
+            task = GraphTask(retain, False, _leaf_sink(ctx))
             state = _PassState(pass_id, task)
             # Publish the pass only with its lock held, so that a concurrent message for the
             # same pass waits until the dependencies below are counted.
             state.lock.acquire()
             ctx.passes[pass_id] = state
-            sends = list(ctx.send_functions.values())
-            recvs = list(ctx.recv_functions.values())
+            sends = [*ctx.send_functions.values(), *ctx.empty_sends.values()]
+            recvs = [*ctx.recv_functions.values(), *ctx.empty_recvs.values()]
         try:
             task.add_roots([*roots, *sends])
             for s in sends:
@@ -469,13 +607,17 @@ class DistAutogradEngine:
             state.task.run()
         except BaseException as exc:
             state.failed = self._wrap(exc)
+            if state.failed is exc:
+                raise
             raise state.failed from exc
         finally:
             self.container.set_current(prev)
             _tls.collector = None
 
     def _finish(self, col: _Collector) -> Future[Any]:
-        """A future completing once every message sent by this run is answered."""
+        """A future completing once every message sent by this run is answered (the held
+        one is sent from this thread first, which waits for its answer)."""
+        col.flush(here=True)
         done: Future[Any] = Future()
         pending = list(col.futures)
         if not pending:

@@ -11,6 +11,8 @@ this module connects it to the worker's calls and transport:
 - as the engine's transport, it sends gradients with PropagateGradients (never retried: it
   accumulates) and releases contexts with ReleaseContext (idempotent, retried).
 - it serves both methods, and forwards a release to the workers the context talked to.
+- it tracks each call made in a context until its answer arrives (``inflight``), so a pass
+  started meanwhile waits for the reply pair instead of missing the gradients behind it.
 
 Reclaiming contexts whose originator died: when the failure detector declares a peer lost
 (the agent calls ``on_peer_lost``) every context that peer created is released here. Contexts of
@@ -40,7 +42,14 @@ from ..calls.pool import ServingPool
 from ..cluster.context import WorkerContext
 from ..cluster.events import ControlEvents
 from ..transport.transport import Transport, map_rpc_error
-from .engine import DistAutogradContainer, DistAutogradEngine, record_recv, record_send
+from .engine import (
+    ContextError,
+    DistAutogradContainer,
+    DistAutogradEngine,
+    record_recv,
+    record_send,
+)
+from .inflight import Call
 
 #: How long released context ids are remembered when calls have no deadline (rpc_timeout 0).
 _NO_DEADLINE_MEMORY = 600.0
@@ -127,6 +136,26 @@ class DistAutogradService(hooks.CallHook):
             header.autograd.message_id.CopyFrom(to_gid(mid))
             record_send(ctx, sent, peer, mid)
 
+    def on_call_started(
+        self, call: pb.CallHeader, peer: int, done: Future[Any], deadline: float | None
+    ) -> None:
+        # Only a call that sent tensors requiring grad has a send function here that its
+        # answer's pair releases. Others are not waited for: a pass must not wait for a call
+        # that waits for the pass (RRef.backward's call to the owner).
+        if not call.HasField("autograd") or not call.autograd.HasField("message_id"):
+            return
+        try:
+            ctx = self.container.get(call.autograd.context_id)
+        except ContextError:  # released meanwhile: no pass of it will run here
+            return
+        name = self.me.peer_name(peer)
+        if call.kind == pb.CALL_KIND_REMOTE:
+            what = f"remote({call.function}) on worker {name!r}"
+        else:
+            what = f"rpc to {call.function} on worker {name!r}"
+        timeout = call.timeout_seconds or None
+        ctx.calls.add(Call(what, done, timeout, deadline))
+
     def on_recv_call(self, header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
         if not header.HasField("autograd") or not header.autograd.context_id:
             return
@@ -158,7 +187,10 @@ class DistAutogradService(hooks.CallHook):
         sent = _grad_tensors(tensors)
         if not sent and not call.autograd.HasField("message_id"):
             return
-        ctx = self.container.get_or_create(call.autograd.context_id)
+        try:
+            ctx = self.container.get_or_create(call.autograd.context_id)
+        except ContextError:  # released before the answer (a remote() that timed out): no
+            return  # pass of it can run any more, so the answer needs no send/recv pair
         mid = self.container.next_message_id()
         header.autograd.context_id = ctx.context_id
         header.autograd.message_id.CopyFrom(to_gid(mid))
@@ -169,7 +201,10 @@ class DistAutogradService(hooks.CallHook):
     ) -> None:
         if not header.HasField("autograd") or not header.autograd.HasField("message_id"):
             return
-        ctx = self.container.get_or_create(header.autograd.context_id)
+        try:
+            ctx = self.container.get_or_create(header.autograd.context_id)
+        except ContextError:  # released while the call was in flight: the pair is not needed
+            return
         fn = record_recv(ctx, _grad_tensors(tensors), peer, from_gid(header.autograd.message_id))
         fn.forward_was_reply = True  # its gradients go back by our own map (docs/gpu.md)
 
@@ -182,6 +217,7 @@ class DistAutogradService(hooks.CallHook):
         pass_id: int,
         retain_graph: bool,
         grads: list[Any],
+        here: bool = False,
     ) -> Future[Any]:
         me = self.me
         peer = me.peers[dst]
@@ -211,8 +247,8 @@ class DistAutogradService(hooks.CallHook):
         what = "PropagateGradients"
 
         def run() -> None:
-            # A blocking call on a serving thread (its slot is lent back while it waits): a
-            # gRPC future on an idle channel would start a channel-polling thread per send.
+            # A blocking call (a serving thread lends its slot back while it waits): a gRPC
+            # future on an idle channel would start a channel-polling thread per send.
             try:
                 with blocking_region():
                     if len(frames) == 1:  # the latency path: one frame, a unary call
@@ -232,6 +268,9 @@ class DistAutogradService(hooks.CallHook):
             else:
                 out.set_result(None)
 
+        if here:  # the engine's thread waits for this answer next: it makes the call itself
+            run()
+            return out
         try:
             self.pool.submit(run)
         except RuntimeError as exc:  # the serving pool is closed: the agent is shutting down
@@ -241,7 +280,7 @@ class DistAutogradService(hooks.CallHook):
     def _gradient_map(self, peer: str, context_id: int, message_id: int) -> Any:
         """Gradients go back by the inverse of the map their forward message travelled by."""
         try:
-            recv = self.container.get(context_id).recv_functions.get(message_id)
+            recv = self.container.get(context_id).recv_function(message_id)
         except Exception:  # noqa: BLE001 - a released context: no tensors will be sent anyway
             recv = None
         was_reply = bool(getattr(recv, "forward_was_reply", False))
@@ -281,10 +320,13 @@ class DistAutogradService(hooks.CallHook):
     def _on_gradients(self, message: Message, caller_id: int) -> Future[pb.GradientsAck]:
         me = self.me
         head = message.header.gradients
-        grads, _ = calls.decode_body(
+        grads = calls.decode_body(
             message,
             {"policy": me.policy, "peer": me.peer_name(caller_id), "worker": me.name},
-        )
+        )[0]
+        # The gradients are the only holders of their arrays from here on, so the context's
+        # store may keep a received gradient without a copy, as PyTorch does.
+        message.arrays.clear()
         if not isinstance(grads, list):  # a malformed message (found by the fuzzer): refused
             raise SerializationError(
                 f"PropagateGradients from worker {me.peer_name(caller_id)!r} carries a "
@@ -324,9 +366,7 @@ class DistAutogradService(hooks.CallHook):
         with ctx.lock:
             # Only cluster members: an anonymous caller (-1, a raw gRPC client) has no address.
             peers = sorted(
-                w
-                for w in ctx.known_workers - {self.me.rank, exclude}
-                if 0 <= w < len(self.me.peers)
+                w for w in ctx.known_workers - {self.me.rank, exclude} if w in self.me.peers
             )
         futures = []
         for dst in peers:

@@ -31,7 +31,7 @@ from ..._wire.pickler import EncodeContext
 from ...errors import MessageTooLargeError, RpcShutdownError, RpcTimeoutError, SerializationError
 from ...futures import Future
 from ..calls import hooks
-from ..calls.callee import ASYNC_EXECUTION_ATTR
+from ..calls.callee import ASYNC_EXECUTION_ATTR, not_a_future
 from ..cluster.workers import Peer
 from .errors import RRefProtocolError
 from .messages import RemoteAck
@@ -120,6 +120,8 @@ class RRefCalls:
             raise
         creation = Creation(f"remote({name}) on worker {peer.name!r}", timeout)
         call = first.call
+        if call.HasField("autograd"):  # made in a dist autograd context: it tracks the ack
+            hooks.call_started(call, peer.id, creation.answered(), creation.deadline)
 
         def done(ack: pb.RemoteAck | None, error: BaseException | None) -> None:
             try:
@@ -178,6 +180,8 @@ class RRefCalls:
         hooks.recv_reply(call, reply, [], peer.id)
         if ack.HasField("error"):
             creation.future.set_result(Failure(decode_exception(ack.error, me.policy, me.name)))
+        elif creation.past_deadline():
+            creation.settle_late()  # the fork is confirmed (and deleted later) all the same
         else:
             creation.future.set_result(None)
 
@@ -286,8 +290,5 @@ class RRefCalls:
 
 def _checked(result: Any, is_async: bool, function: str) -> Any:
     if is_async and not isinstance(result, Future):
-        raise TypeError(
-            f"{function} is marked @async_execution but returned {type(result).__name__}, "
-            "not a gradwire.futures.Future"
-        )
+        raise not_a_future(function, result)
     return result

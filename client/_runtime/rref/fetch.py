@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from ..._proto import worker_pb2 as pb
+from ..._tensor import Tensor
 from ..._wire import calls
 from ..._wire.exceptions import decode_exception, encode_exception
 from ..._wire.framing import Assembler
@@ -32,6 +33,9 @@ from .value import ValueSlot
 from .wire import from_gid, to_gid
 
 __all__ = ["RRefFetch"]
+
+#: Values other than tensors that ``serve_now`` encodes on the I/O loop (no user code runs).
+_PLAIN = (bool, int, float)
 
 
 class RRefFetch:
@@ -121,13 +125,44 @@ class RRefFetch:
             out.set_result(self._encode_fetch(request, call, slot, caller_id))
 
         def ready(_: ValueSlot) -> None:
-            try:
-                svc.pool.submit(encode)
+            if svc.pool.on_pool_thread():  # filled by the function's own serving thread
+                encode()
+                return
+            try:  # filled elsewhere (an async_execution Future's thread): encoding may run
+                svc.pool.submit(encode)  # user code (reducers), so it goes to the pool
             except RuntimeError:  # pool closed
                 encode()
 
         slot.add_done_callback(ready)
         return out
+
+    def serve_now(self, request: pb.FetchRequest, caller_id: int) -> Reply | None:
+        """The FetchRRef answer made on the calling thread (the I/O loop's), or None when it
+        must be made on the serving pool: the value is not set yet, is not a plain CPU tensor
+        (or None, bool, int, float) of at most ``single_frame_bytes``, or the fetch
+        carries dist-autograd metadata. Encoding such a value runs no user code (no reducer,
+        no hook) and copies no more than the one-frame reply the loop assembles anyway, so the
+        latency path skips a hand-off to the pool and back.
+        """
+        if request.HasField("autograd"):
+            return None
+        svc = self.svc
+        try:
+            slot = svc.protocol.owner_value(from_gid(request.rref_id))
+        except UnknownRRefError:
+            return None  # the pool path answers with the error
+        if not slot.done():
+            return None
+        value = slot.wait(0)
+        if type(value) is Tensor:
+            size = value.numel() * value.element_size()
+            if value.is_cuda or size > svc.ctx.options.single_frame_bytes:
+                return None
+        elif value is not None and type(value) not in _PLAIN:
+            return None
+        svc.emit("FetchRRef", "received", from_gid(request.rref_id), None, caller_id)
+        call = pb.CallHeader(caller_id=caller_id, function="to_here")
+        return self._encode_fetch(request, call, slot, caller_id)
 
     def _encode_fetch(
         self, request: pb.FetchRequest, call: pb.CallHeader, slot: ValueSlot, caller_id: int

@@ -58,12 +58,13 @@ class IdGenerator:
     Example:
         >>> gen = IdGenerator(3)
         >>> gen.next_id()
-        GloballyUniqueId(created_on=3, local_id=1)
+        GloballyUniqueId(created_on=3, local_id=0)
     """
 
     def __init__(self, worker_id: int) -> None:
         self._worker_id = worker_id
-        self._counter = itertools.count(1)
+        # From 0, as PyTorch: its programs and tests read ids (``str(rref)``, error messages).
+        self._counter = itertools.count(0)
         self._lock = threading.Lock()
 
     def next_id(self) -> GloballyUniqueId:

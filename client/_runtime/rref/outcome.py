@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 import traceback
 from typing import Any
 
-from ...errors import RpcTimeoutError
+from ...errors import InvalidFutureStateError, RpcTimeoutError
 from ...futures import Future
 
 __all__ = ["Failure", "outcome", "Creation"]
@@ -77,6 +79,55 @@ class Creation:
     def time_left(self) -> float | None:
         """Seconds until the creation deadline (None: no deadline)."""
         return None if self.deadline is None else max(0.001, self.deadline - time.monotonic())
+
+    def settle_late(self) -> None:
+        """The RemoteAck came after the deadline: the creation failed, as in PyTorch (its
+        timeout error stays the RRef's error even though the owner created the value)."""
+        self.future.set_result(Failure(self.timed_out()))
+
+    def past_deadline(self) -> bool:
+        """Whether the remote()'s timeout has expired."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def answered(self) -> Future[None]:
+        """A Future completed with None once created, or with the creation error (when the
+        RemoteAck arrived, or delivery gave up); unlike ``as_future``, no timer."""
+        out: Future[None] = Future()
+
+        def created(fut: Future[Failure | None]) -> None:
+            failure = fut.value()
+            if failure is None:
+                out.set_result(None)
+            else:
+                out.set_exception(failure.fresh())
+
+        self.future.add_done_callback(created)
+        return out
+
+    def as_future(self) -> Future[None]:
+        """A Future of the creation (``RRef._get_future``): None once created, else the
+        creation error, or RpcTimeoutError as soon as the deadline passes without an answer."""
+        out: Future[None] = Future()
+
+        def settle(error: BaseException | None) -> None:
+            with contextlib.suppress(InvalidFutureStateError):
+                if error is None:
+                    out.set_result(None)
+                else:
+                    out.set_exception(error)
+
+        def created(fut: Future[Failure | None]) -> None:
+            failure = fut.value()
+            settle(None if failure is None else failure.fresh())
+
+        self.future.add_done_callback(created)
+        left = self.time_left()
+        if left is not None and not out.done():
+            timer = threading.Timer(left, lambda: settle(self.timed_out()))
+            timer.daemon = True
+            timer.start()
+            out.add_done_callback(lambda _: timer.cancel())
+        return out
 
     def check(self) -> bool:
         """Raise the creation error if there is one; return True once created.

@@ -366,6 +366,7 @@ class RRefProtocol:
             users = self._users.users.values()
             return RRefDebugInfo(
                 num_owner_rrefs=len(self._owner.records),
+                num_shared_owner_rrefs=sum(bool(o.forks) for o in owners),
                 num_pending_users=sum(u.state is UserState.PENDING for u in users),
                 num_pending_children=len(self._users.children),
                 num_forks=sum(len(o.forks) for o in owners),

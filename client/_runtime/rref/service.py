@@ -180,7 +180,7 @@ class RRefService:
                 self._pump(msg.dest)
 
         deadline = time.monotonic() + self.control_budget
-        if not 0 <= msg.dest < len(peers):
+        if msg.dest not in peers and msg.dest not in peers.departed:
             done(None, RRefProtocolError(f"no worker {msg.dest} in this cluster"))
             return
         RetryingSend(
@@ -456,9 +456,9 @@ class RRefService:
         """Graceful shutdown, between the barriers: see ``shutdown.drain``."""
         return drain(self, deadline)
 
-    def check_leaks(self) -> RRefLeakError | None:
+    def check_leaks(self, mode: str | None = None) -> RRefLeakError | None:
         """After the last barrier: see ``shutdown.check_leaks``."""
-        return check_leaks(self)
+        return check_leaks(self, mode)
 
     def pending_quiet(self, users_too: bool) -> bool:
         """Nothing in flight, no pending child, and no unconfirmed user (``users_too``) or no
@@ -493,6 +493,7 @@ class RRefService:
         info = self.protocol.debug_info()
         return {
             "num_owner_rrefs": info.num_owner_rrefs,
+            "num_shared_owner_rrefs": info.num_shared_owner_rrefs,
             "num_pending_users": info.num_pending_users,
             "num_pending_children": info.num_pending_children,
             "num_forks": info.num_forks,

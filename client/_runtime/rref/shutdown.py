@@ -4,7 +4,8 @@ Shutdown (``Agent.shutdown``): after the first barrier every user call has been 
 new fork can arrive; ``drain`` then settles what is pending (confirmations, child acks), sends
 the delete of every UserRRef still alive (``release_all_users``, including RRefs kept alive by
 reference cycles: a full collection runs first) and waits until they are answered. After the
-second barrier every worker did so, and ``check_leaks`` lists the OwnerRRefs still referenced.
+second barrier every worker did so, and ``check_leaks`` lists the OwnerRRefs whose forks are still
+known (PyTorch's RRef leak).
 """
 
 from __future__ import annotations
@@ -78,26 +79,35 @@ def _settle(svc: ServiceView, deadline: float, users_too: bool) -> bool:
     return True
 
 
-def check_leaks(svc: ServiceView) -> RRefLeakError | None:
-    """Report OwnerRRefs still referenced, as ``rref_leak_check`` says.
+def check_leaks(svc: ServiceView, mode: str | None = None) -> RRefLeakError | None:
+    """Report OwnerRRefs that another worker still holds a fork of, as ``mode`` says.
+
+    PyTorch's rule: a leak is a fork the owner still knows after every worker deleted its
+    UserRRefs (a user kept alive past the drain). An OwnerRRef that only code on its owner
+    still refers to is not one (its value simply goes away with the process).
+
+    Args:
+        mode: "error", "warn" or "off"; None: the ``rref_leak_check`` option.
 
     Returns:
         The error to raise when the check is strict ("error") and found leaks, else None.
     """
-    mode = svc.ctx.options.rref_leak_check
+    mode = mode or svc.ctx.options.rref_leak_check
     if mode == "off":
         return None
-    leaks = svc.protocol.leaked_owner_rrefs()
+    leaks = [leak for leak in svc.protocol.leaked_owner_rrefs() if leak.forks]
     if not leaks:
         return None
+    # PyTorch's wording first (its tests match "Leaking RRef"), one line per fork.
     lines = tuple(
-        f"RRef {leak.rref_id} ({leak.state}): forks {[str(f) for f in leak.forks]}, "
-        f"{leak.local_refs} local reference(s)"
+        f"Leaking RRef {leak.rref_id!r} with fork Id {fork!r}"
         for leak in leaks
+        for fork in leak.forks
     )
     text = (
-        f"worker {svc.ctx.name!r} shut down with {len(leaks)} OwnerRRef(s) still "
-        "referenced:\n  " + "\n  ".join(lines)
+        "\n".join(lines) + f"\nworker {svc.ctx.name!r} shut down with {len(leaks)} OwnerRRef(s) "
+        "still referenced by a UserRRef of another worker (a UserRRef alive past "
+        "rpc.shutdown()'s deletion of every UserRRef)"
     )
     if mode == "error":
         return RRefLeakError(text, lines)

@@ -50,6 +50,9 @@ class RRefDebugInfo:
     """Counters for ``get_debug_info()``."""
 
     num_owner_rrefs: int
+    # OwnerRRefs some other worker holds a fork of (PyTorch's ``owners_``: a local RRef(value)
+    # enters it when first shared, and leaves it when its last fork is deleted).
+    num_shared_owner_rrefs: int
     num_pending_users: int
     num_pending_children: int
     # Forks known by the owner, summed over its OwnerRRefs.

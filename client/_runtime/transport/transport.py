@@ -33,9 +33,11 @@ from ...errors import (
     RpcShutdownError,
     RpcTimeoutError,
     TooManyRequestsError,
+    WorkerDepartedError,
     WorkerUnavailableError,
 )
-from ..calls.streams import Streams, Watchdog
+from ..calls.pipe import Pipe, PipeClosed
+from ..calls.streams import StreamFailed, Streams, Watchdog
 from ..cluster.options import GrpcRpcBackendOptions, read_pem
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "add_failure_observer",
     "remove_failure_observer",
     "set_lost",
+    "set_departed",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,18 @@ def set_lost(peer: str, why: str | None) -> None:
         _lost[peer] = why
 
 
+#: Workers that left their dynamic group with shutdown(); their unreachability says so.
+_departed: set[str] = set()
+
+
+def set_departed(peer: str, departed: bool) -> None:
+    """Record (True) or clear (False) that worker ``peer`` left its group on purpose."""
+    if departed:
+        _departed.add(peer)
+    else:
+        _departed.discard(peer)
+
+
 def map_rpc_error(
     exc: grpc.RpcError, peer: str, what: str, started: float, timeout: float | None
 ) -> GradwireError:
@@ -138,6 +153,11 @@ def map_rpc_error(
             f"{what} to worker {peer!r} timed out after {elapsed:.3f} s (timeout {timeout} s)",
             peer,
             elapsed,
+        )
+    if peer in _departed and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return WorkerDepartedError(
+            f"worker {peer!r} has departed (it left the group with shutdown()); {what} cannot "
+            "reach it"
         )
     lost = _lost.get(peer)
     if lost and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
@@ -176,6 +196,8 @@ class _Stubs:
         self.gradients = channel.unary_unary(
             f"/{SERVICE}/Gradients", ser, pb.GradientsAck.FromString
         )
+        self.call_pipe = channel.stream_stream(f"/{SERVICE}/CallPipe")
+        self.pipe: Pipe | None = None
         self._control: dict[str, Any] = {}
         self._framed: dict[str, Any] = {}
 
@@ -238,6 +260,9 @@ class Transport:
         for stubs in list(self._stubs.values()):
             stubs.streams.close()
             stubs.streams = stubs.new_streams()
+            if stubs.pipe is not None:
+                stubs.pipe.close()
+                stubs.pipe = None
 
     @staticmethod
     def _credentials(options: GrpcRpcBackendOptions) -> grpc.ChannelCredentials | None:
@@ -275,12 +300,36 @@ class Transport:
             reply = stubs.call(frame, timeout=timeout, metadata=self.metadata)
         return reply
 
-    def call_future(
-        self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
+    def pipe_call(
+        self,
+        address: str,
+        message_id: int,
+        encoded: bytes,
+        timeout: float | None,
+        done: Callable[[Frame | None, grpc.RpcError | None], None],
     ) -> None:
-        """Start a single-frame call; ``done(grpc_future)`` runs on gRPC's thread when it ends."""
-        fut = self._get(address).call.future(frame, timeout=timeout, metadata=self.metadata)
-        fut.add_done_callback(done)
+        """Start a single-frame call on the address's call pipe (``calls.pipe``); ``done(reply
+        frame, None)`` or ``done(None, grpc error)`` runs once when it ends."""
+        stubs = self._get(address)
+        failure: grpc.RpcError | None = None
+        for _ in range(2):
+            pipe = stubs.pipe
+            if pipe is None or not pipe.alive:
+                with self._lock:
+                    if self._closed:
+                        raise RpcShutdownError("the local RPC agent is shut down")
+                    pipe = stubs.pipe
+                    if pipe is None or not pipe.alive:
+                        pipe = stubs.pipe = Pipe(stubs.call_pipe, self.metadata, self.watchdog)
+            try:
+                pipe.submit(message_id, encoded, timeout, done)
+                return
+            except PipeClosed as exc:
+                # It failed or closed just now, before taking the call: a new pipe takes it.
+                failure = exc.failure
+        # Two pipes in a row failed before taking the call (the peer is unreachable): the call
+        # fails with their status, like a unary call to an unreachable peer.
+        done(None, failure or StreamFailed(grpc.StatusCode.UNAVAILABLE, "the call pipe closed"))
 
     def stream(
         self, address: str, frames: Iterable[Frame], timeout: float | None
@@ -391,6 +440,8 @@ class Transport:
             stubs = self._stubs.pop(address, None)
         if stubs is not None:
             stubs.streams.close()
+            if stubs.pipe is not None:
+                stubs.pipe.cancel()
             stubs.channel.close()
 
     def channel_states(self) -> dict[str, str]:
@@ -414,6 +465,8 @@ class Transport:
         wait it out for each other's idle streams."""
         for stubs in list(self._stubs.values()):
             stubs.streams.close()
+            if stubs.pipe is not None:
+                stubs.pipe.close()
 
     def close(self) -> None:
         """Close every channel; calls still running fail with CANCELLED."""
@@ -423,4 +476,6 @@ class Transport:
         self.watchdog.close()
         for s in stubs:
             s.streams.close()
+            if s.pipe is not None:
+                s.pipe.cancel()
             s.channel.close()

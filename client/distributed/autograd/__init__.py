@@ -38,12 +38,17 @@ def context() -> Iterator[int]:
         RpcNotInitializedError: call ``rpc.init_rpc`` first.
         ContextError: this thread is already inside a context (they do not nest).
     """
-    svc = _service("dist_autograd.context()")
+    agent = _agent.current("dist_autograd.context()")
+    svc = agent.autograd
     ctx = svc.container.new_context()
     try:
         yield ctx.context_id
     finally:
-        svc.release_everywhere(ctx.context_id)
+        if agent.state is _agent.AgentState.SHUTDOWN:
+            # RPC stopped inside the block: the other workers released it as they stopped.
+            svc.container.release(ctx.context_id)
+        else:
+            svc.release_everywhere(ctx.context_id)
 
 
 def backward(context_id: int, roots: list[Tensor], retain_graph: bool = False) -> None:
@@ -165,7 +170,11 @@ def _current_context() -> _ContextView:
     svc = _service("dist_autograd._current_context()")
     ctx_id = svc.container.current_id()
     if ctx_id is None:
-        raise ContextError("this thread is not inside a distributed autograd context")
+        raise ContextError(
+            "Current thread doesn't have a valid autograd context. Please wrap your code using: "
+            "`with torch.distributed.autograd.context() as context_id` to generate a valid "
+            "context (in gradwire: gradwire.distributed.autograd.context())"
+        )
     return _ContextView(svc.container.get(ctx_id))
 
 

@@ -58,14 +58,21 @@ def _ready_module(module_rref: Any, device: str) -> None:
     """On the owner: wait for the module's creation (raising its error), check it is a
     Module, and move it to ``device`` (in place: its parameters stay the same objects)."""
     module = _local_module(module_rref, "create a remote module")
+    # A peer chooses ``device``: only a device string reaches Module.to (never a dtype or a
+    # tensor, which would convert the module in other ways).
+    if not isinstance(device, str):
+        raise TypeError(
+            f"RemoteModule's device must be a device string like 'cpu' or 'cuda:0', got "
+            f"{type(device).__name__}"
+        )
     if device != "cpu":
-        module.to(device)
+        module.to(Device(device))
 
 
 def _param_rrefs(module_rref: Any, recurse: bool) -> list[Any]:
     """On the owner: an RRef (owned here) to each parameter of the module."""
     module = _local_module(module_rref, "list remote parameters")
-    return [rpc.RRef(p) for p in module.parameters(recurse=recurse)]
+    return [rpc.RRef(p) for p in module.parameters(recurse=bool(recurse))]
 
 
 def _local_module(module_rref: Any, what: str) -> Module:

@@ -15,14 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 from ..._runtime import agent as _agent
 from ..._runtime.cluster.workers import WorkerInfo
 from ...futures import Future, wait_all
 
-__all__ = ["_thread_local_var", "_wait_all", "_get_current_rpc_agent", "_get_debug_info", "_track"]
+__all__ = [
+    "_thread_local_var",
+    "_wait_all",
+    "_get_current_rpc_agent",
+    "_get_debug_info",
+    "_track",
+    "_delete_all_user_and_unforked_owner_rrefs",
+]
 
 #: Per thread: ``future_list`` while inside :func:`_wait_all` (PyTorch's name).
 _thread_local_var = threading.local()
@@ -75,6 +84,20 @@ def _get_current_rpc_agent() -> _AgentView:
         RpcNotInitializedError: RPC is not running.
     """
     return _AgentView(_agent.current("_get_current_rpc_agent()"))
+
+
+def _delete_all_user_and_unforked_owner_rrefs(timeout: float | timedelta = 300.0) -> None:
+    """Settle the RRef protocol of this worker and delete every UserRRef it holds, waiting up
+    to ``timeout`` (seconds or a timedelta) for the owners' answers: what a graceful
+    ``shutdown`` does between its barriers (PyTorch's name; an OwnerRRef no other worker holds
+    needs nothing). UserRRefs cannot be used afterwards.
+
+    Raises:
+        RpcNotInitializedError: RPC is not running.
+    """
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    agent = _agent.current("_delete_all_user_and_unforked_owner_rrefs()")
+    agent.rref.drain(time.monotonic() + seconds)
 
 
 def _get_debug_info() -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 from ..._runtime import agent as _agent
@@ -12,8 +13,15 @@ from ..._runtime.cluster.options import UNSET_RPC_TIMEOUT, BackendType, GrpcRpcB
 from ..._runtime.cluster.workers import WorkerInfo, validate_name
 from ...errors import ArgumentError, RpcInitError
 from ...futures import Future
-from ._gather import _all_gather, _barrier, _wait_all_workers  # noqa: F401  (rpc.api.*)
+from . import _torch_private
+from ._gather import (  # noqa: F401  (rpc.api.*)
+    _all_gather,
+    _barrier,
+    _broadcast_to_followers,
+    _wait_all_workers,
+)
 from ._torch_private import (  # noqa: F401  (PyTorch's private names, rpc.api.*)
+    _delete_all_user_and_unforked_owner_rrefs,
     _get_current_rpc_agent,
     _get_debug_info,
     _thread_local_var,
@@ -29,6 +37,7 @@ __all__ = [
     "rpc_async",
     "remote",
     "get_worker_info",
+    "get_worker_infos",
     "get_rpc_timeout",
     "set_rpc_timeout",
     "is_available",
@@ -37,7 +46,14 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+#: The least a graceful shutdown without a timeout waits for the others, in seconds.
+_MIN_DEFAULT_SHUTDOWN = 60.0
 _init_lock = threading.Lock()
+
+#: PyTorch's switch for the RRef leak check of a graceful ``shutdown``: True only logs the
+#: leaks, False raises RRefLeakError ("Leaking RRef ..."); None (gradwire's default) follows the
+#: ``rref_leak_check`` backend option.
+_ignore_rref_leak: bool | None = None
 
 
 def _int_arg(value: Any, env: str, what: str) -> int:
@@ -63,16 +79,23 @@ def init_rpc(
 ) -> None:
     """Start this worker's RPC agent and rendezvous with the others.
 
+    Without a world size (neither the argument nor ``$WORLD_SIZE``) the worker joins a
+    *dynamic group*, as in PyTorch >= 1.12: rank 0 hosts it (at the init method's address) and
+    other workers join and leave it while it runs; ``shutdown()`` of such a worker leaves the
+    group without waiting for the others.
+
     Args:
         name: unique worker name, [A-Za-z0-9_:-], 1 to 127 characters.
-        rank: this worker's id in [0, world_size) (default ``$RANK``).
-        world_size: number of workers (default ``$WORLD_SIZE``).
+        rank: this worker's id in [0, world_size) (default ``$RANK``); in a dynamic group any
+            rank >= 0 no member has.
+        world_size: number of workers (default ``$WORLD_SIZE``; neither: a dynamic group).
         rpc_backend_options: a GrpcRpcBackendOptions (init method, timeouts, security).
         backend: accepted for PyTorch compatibility; gRPC is the only backend.
 
     Raises:
         RpcInitError: invalid name, rank or world size, already initialized, or the rendezvous
-            failed (duplicate name or rank, world size mismatch, timeout).
+            failed (duplicate name or rank, world size mismatch, timeout); in a dynamic
+            group, a name or rank a member has (the message names that member).
         TypeError: ``backend`` is not a BackendType, or the options are not backend options.
 
     Example:
@@ -80,11 +103,16 @@ def init_rpc(
     """
     validate_name(name)
     rank = _int_arg(rank, "RANK", "rank")
-    world_size = _int_arg(world_size, "WORLD_SIZE", "world_size")
-    if world_size < 1:
-        raise RpcInitError(f"world_size must be at least 1, got {world_size}")
-    if not 0 <= rank < world_size:
-        raise RpcInitError(f"rank {rank} is out of range for world_size {world_size}")
+    if world_size is None and os.environ.get("WORLD_SIZE") is None:
+        world_size = 0  # a dynamic group
+        if rank < 0:
+            raise RpcInitError(f"rank must be >= 0, got {rank}")
+    else:
+        world_size = _int_arg(world_size, "WORLD_SIZE", "world_size")
+        if world_size < 1:
+            raise RpcInitError(f"world_size must be at least 1, got {world_size}")
+        if not 0 <= rank < world_size:
+            raise RpcInitError(f"rank {rank} is out of range for world_size {world_size}")
     if backend is not None and not isinstance(backend, BackendType):
         raise TypeError(f"Argument backend must be a member of BackendType, got {backend!r}")
     if rpc_backend_options is not None and not isinstance(
@@ -127,29 +155,48 @@ def shutdown(graceful: bool = True, timeout: float = UNSET_RPC_TIMEOUT) -> None:
     A graceful shutdown finishes this worker's pending calls, meets every worker at a barrier,
     then settles the RRef protocol (pending confirmations, child acks, and a delete for every
     UserRRef still alive, RRefs in reference cycles included), meets them again, and checks
-    for OwnerRRefs still referenced (``rref_leak_check``: a warning by default). RRefs cannot
-    be used afterwards.
+    that no owner still knows a fork of its OwnerRRefs (PyTorch's RRef leak; ``rref_leak_check``
+    or ``rpc.api._ignore_rref_leak`` say whether to warn or raise: a warning by default). RRefs
+    cannot be used afterwards.
 
     Args:
         graceful: finish pending calls and wait for every worker at a barrier before stopping;
             False stops at once and fails pending calls with RpcShutdownError.
-        timeout: seconds for the graceful part (-1: the rpc_timeout).
+        timeout: seconds for the graceful part (-1: the rpc_timeout, at least 60 s).
 
     Raises:
         RpcNotInitializedError: RPC is not running.
         RpcTimeoutError: the graceful shutdown timed out (the agent is stopped anyway).
         WorkerUnavailableError: rank 0 vanished before the barrier (stopped anyway).
-        RRefLeakError: ``rref_leak_check="error"`` and OwnerRRefs were still referenced (the
-            agent is stopped anyway).
+        RRefLeakError: ``rref_leak_check="error"`` and a fork was still alive ("Leaking
+            RRef ..."; the agent is stopped anyway).
 
     Example:
         >>> rpc.shutdown()
     """
     agent = _agent.current("shutdown()")
     if timeout is None or timeout < 0:
-        timeout = agent.options.rpc_timeout or 60.0
+        # Never less than a minute: PyTorch's shutdown waits for the others without a bound,
+        # and a short rpc_timeout (its tests set 0.1 s) is for calls, not for this meeting.
+        timeout = max(agent.options.rpc_timeout or _MIN_DEFAULT_SHUTDOWN, _MIN_DEFAULT_SHUTDOWN)
+    leak_check = None if _ignore_rref_leak is None else "warn" if _ignore_rref_leak else "error"
+
+    def drain_rrefs(deadline: float) -> None:
+        # Looked up at call time, so that replacing the module's name (as PyTorch's leak tests
+        # do with mock.patch) replaces the deletion of every UserRRef. A replacement is called
+        # as PyTorch's shutdown calls it, without arguments.
+        drain = _delete_all_user_and_unforked_owner_rrefs
+        if drain is _torch_private._delete_all_user_and_unforked_owner_rrefs:
+            drain(max(0.0, deadline - time.monotonic()))
+        else:
+            drain()
+
+    def meet_peers(deadline: float) -> None:
+        # PyTorch's shutdown gather, looked up at call time as its tests replace it too.
+        _wait_all_workers(max(0.001, deadline - time.monotonic()))
+
     try:
-        agent.shutdown(graceful, timeout)
+        agent.shutdown(graceful, timeout, drain_rrefs, leak_check, meet_peers)
     finally:
         _agent.set_current(None)
 
@@ -270,14 +317,32 @@ def remote(
 def get_worker_info(worker_name: str | None = None) -> WorkerInfo:
     """The WorkerInfo of ``worker_name`` (default: this worker).
 
+    In a dynamic group a name not known here is asked of the group's host first, so a worker
+    that joined a moment ago is found.
+
     Raises:
         RpcNotInitializedError: RPC is not running.
+        WorkerDepartedError: that worker left its dynamic group.
         UnknownWorkerError: no worker has that name.
     """
     agent = _agent.current("get_worker_info()")
     if worker_name is None:
         return agent.info
     return agent.resolve(worker_name).info
+
+
+def get_worker_infos() -> list[WorkerInfo]:
+    """The WorkerInfo of every current member, this worker included, ordered by rank (in a
+    dynamic group: those that joined and did not leave, as this worker heard of them).
+
+    Raises:
+        RpcNotInitializedError: RPC is not running.
+
+    Example:
+        >>> [w.name for w in rpc.get_worker_infos()]
+        ['worker0', 'worker1']
+    """
+    return [peer.info for peer in _agent.current("get_worker_infos()").peers]
 
 
 def get_rpc_timeout() -> float:
@@ -328,12 +393,13 @@ def is_available() -> bool:
 
 
 def _rref_context_get_debug_info() -> dict[str, int]:
-    """PyTorch's RRef counters of this worker: ``num_owner_rrefs``, ``num_pending_users``
+    """PyTorch's RRef counters of this worker: ``num_owner_rrefs`` (OwnerRRefs another worker
+    holds a fork of: a local ``RRef(value)`` counts once shared), ``num_pending_users``
     (users not yet confirmed by their owner), ``num_forks`` (forks this owner knows),
     ``num_pending_futures`` (forks waiting for a child's acknowledgement)."""
     info = _agent.current("_rref_context_get_debug_info()").rref.debug_info()
     return {
-        "num_owner_rrefs": int(info["num_owner_rrefs"]),
+        "num_owner_rrefs": int(info["num_shared_owner_rrefs"]),
         "num_pending_users": int(info["num_pending_users"]),
         "num_forks": int(info["num_forks"]),
         "num_pending_futures": int(info["num_pending_children"]),

@@ -20,15 +20,15 @@ Example:
 from __future__ import annotations
 
 import functools
-import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..._runtime import agent as _agent
 from ..._runtime.calls.callee import ASYNC_EXECUTION_ATTR
 from ..._runtime.cluster.workers import WorkerInfo
 from ..._runtime.rref.errors import RRefProtocolError
-from ..._runtime.rref.outcome import Failure, outcome
+from ..._runtime.rref.outcome import outcome
 from ..._runtime.rref.protocol import RRefHandle
 from ..._runtime.rref.wire import fork_data_from_pb, fork_data_to_pb
 from ..._wire import pickler
@@ -40,10 +40,18 @@ from .functions import async_execution
 if TYPE_CHECKING:
     from ..._runtime.rref.outcome import Creation
     from ..._runtime.rref.service import RRefService
+    from ..._runtime.rref.value import ValueSlot
 
 __all__ = ["RRef"]
 
 T = TypeVar("T")
+
+
+#: PyTorch's words for a UserRRef used after graceful shutdown deleted it, by use.
+_AFTER_DELETION = {
+    "to_here()": "Cannot call to_here() on it after deletion.",
+    "sending an RRef": "Cannot call fork an UserRRef after deletion.",
+}
 
 
 def _type_name(type_hint: Any, value: Any) -> str:
@@ -69,6 +77,8 @@ class RRef(Generic[T]):
 
     __slots__ = ("_svc", "_handle", "_creation", "_finalizer", "_type", "__weakref__")
 
+    _type: Future[type] | None
+
     def __init__(self, value: T, type_hint: Any = None) -> None:
         svc = _agent.current("RRef()").rref
         handle = svc.protocol.create_owner(_type_name(type_hint, value))
@@ -88,6 +98,7 @@ class RRef(Generic[T]):
         self._svc = svc
         self._handle = handle
         self._creation = creation
+        self._type = None
         # G1: the finalizer only enqueues (it may run inside garbage collection).
         self._finalizer = weakref.finalize(self, svc.enqueue_release, handle)
         self._finalizer.atexit = False
@@ -97,8 +108,11 @@ class RRef(Generic[T]):
     def _live(self, verb: str) -> RRefService:
         svc = self._svc
         if svc.closed:
+            # PyTorch's wording first for the uses its tests make of a deleted UserRRef.
+            torch_says = _AFTER_DELETION.get(verb) if not self._handle.is_owner else None
+            prefix = f"{self} has been deleted. {torch_says}: " if torch_says else ""
             raise RRefError(
-                f"{verb} on RRef {self._handle.rref_id}: the RPC agent of worker "
+                f"{prefix}{verb} on RRef {self._handle.rref_id}: the RPC agent of worker "
                 f"{svc.ctx.name!r} that created it has shut down; RRefs do not outlive "
                 "rpc.shutdown()"
             )
@@ -123,30 +137,74 @@ class RRef(Generic[T]):
     def _get_type(self, timeout: float = -1.0, blocking: bool = True) -> Any:
         """The type of the value (PyTorch's private ``RRef._get_type``), remembered once known.
 
-        On a user the value is fetched with ``to_here`` (its type is all that is kept); with
-        ``blocking=False`` the fetch runs on a thread and a Future of the type is returned. The
-        creation error of a ``remote()`` is raised (or set on the Future) as its own type.
+        On a user only the type travels: ``_rref_typeof_on_owner`` runs on the owner once the
+        value exists (the class comes back by reference, under this worker's unpickling
+        policy). The creation error of a ``remote()`` is raised (or set on the Future) as its
+        own type; a failed fetch is not remembered.
+
+        Args:
+            timeout: seconds for the fetch; -1 uses the default rpc_timeout, 0 means none.
+            blocking: False returns a Future of the type (the same one until it fails).
+
+        Raises:
+            RpcTimeoutError: the value did not exist (or the owner did not answer) in time.
         """
-        known = getattr(self, "_type", None)
-        if known is None and not blocking:
-            fut: Future[Any] = Future()
-
-            def fetch() -> None:
-                try:
-                    fut.set_result(self._get_type(timeout))
-                except BaseException as exc:  # noqa: BLE001 - delivered through the Future
-                    fut.set_exception(exc)
-
-            threading.Thread(target=fetch, name="rref-get-type", daemon=True).start()
-            return fut
-        if known is None:
-            value = self.local_value() if self.is_owner() else self.to_here(timeout)
-            known = self._type = type(value)
-        if blocking:
+        svc = self._live("_get_type()")
+        known: Future[type] | None = self._type
+        if known is None or known.exception() is not None:
+            known = self._type = self._fetch_type(svc, timeout)
+        if not blocking:
             return known
-        done: Future[Any] = Future()
-        done.set_result(known)
-        return done
+        if not self._handle.is_owner:
+            return known.wait()  # the call carries the deadline
+        seconds = svc.ctx.timeout_of(timeout)
+        try:
+            return known.wait(seconds)
+        except TimeoutError as exc:
+            if isinstance(exc, RpcTimeoutError):
+                raise
+            raise RpcTimeoutError(
+                f"_get_type() of RRef {self._handle.rref_id}: the value was not ready after "
+                f"{seconds} s",
+                svc.ctx.name,
+                seconds or 0.0,
+            ) from None
+
+    def _fetch_type(self, svc: RRefService, timeout: float) -> Future[type]:
+        if self._handle.is_owner:
+            fut: Future[type] = Future()
+            assert self._handle.value is not None
+            self._handle.value.add_done_callback(lambda slot: _settle_from_slot(fut, slot))
+            return fut
+        from .api import rpc_async
+
+        try:
+            return rpc_async(self.owner(), _rref_typeof_on_owner, (self,), timeout=timeout)
+        except BaseException as exc:  # noqa: BLE001 - the creation error, as the Future's
+            failed: Future[type] = Future()
+            failed.set_exception(exc)
+            return failed
+
+    def _get_future(self) -> Future[None]:
+        """PyTorch's private ``RRef._get_future``: a Future of the RRef's creation.
+
+        For a ``remote()`` result, completed with None once the owner acknowledged it, or with
+        the creation error, or with RpcTimeoutError ("RPC ran for more than ...") as soon as
+        the remote()'s timeout passes first. On the owner, completed once the value is set.
+
+        Raises:
+            RRefError: used after shutdown.
+        """
+        self._live("_get_future()")
+        if self._creation is not None:
+            return self._creation.as_future()
+        out: Future[None] = Future()
+        slot = self._handle.value
+        if slot is None:
+            out.set_result(None)  # a fork received from a payload: its owner created it
+        else:
+            slot.add_done_callback(lambda s: _settle_from_slot(out, s, lambda _value: None))
+        return out
 
     def confirmed_by_owner(self) -> bool:
         """Whether the owner knows this reference (always True on the owner).
@@ -174,11 +232,13 @@ class RRef(Generic[T]):
             7
         """
         svc = self._live("local_value()")
-        if not self._handle.is_owner:
+        h = self._handle
+        if not h.is_owner:
+            # PyTorch's wording first: its tests match the ids and both WorkerInfos.
             raise RRefError(
-                f"local_value() called on worker {svc.ctx.name!r} for a UserRRef "
-                f"({self._handle.rref_id}) owned by worker {self.owner_name()!r}; only the owner "
-                "holds the value: use to_here() to fetch a copy"
+                f"For UserRRef(rref_id={h.rref_id!r}, fork_id={h.fork_id!r}), can't call "
+                f"localValue() on user {svc.ctx.peers[svc.ctx.rank].info!r}. Call it on owner "
+                f"{self.owner()!r}: only the owner holds the value; use to_here() to fetch a copy"
             )
         return self._owner_value(svc.ctx.timeout_of(-1.0), "local_value()")
 
@@ -293,10 +353,11 @@ class RRef(Generic[T]):
             outcome(handle.value.wait(0))  # raises the creation error of a remote() to self
 
     def __reduce__(self) -> Any:
+        # PyTorch's wording first (gradwire.save and plain pickle reach here).
         raise RRefError(
-            f"RRef {self._handle.rref_id} cannot be pickled outside an RPC: pass it as an "
-            "argument or return value of rpc_sync / rpc_async / remote (or send "
-            "rref.to_here())"
+            "Can not pickle rref in python pickler, rref can only be pickled when using RPC: "
+            f"RRef {self._handle.rref_id} can only be an argument or return value of "
+            "rpc_sync / rpc_async / remote (or send rref.to_here())"
         )
 
     def __eq__(self, other: object) -> bool:
@@ -310,6 +371,13 @@ class RRef(Generic[T]):
 
     def __hash__(self) -> int:
         return hash((self._handle.rref_id, self._handle.fork_id))
+
+    def __str__(self) -> str:
+        # PyTorch's format (its programs and tests compare it); repr() also names the type.
+        h = self._handle
+        if h.is_owner:
+            return f"OwnerRRef({h.rref_id!r})"
+        return f"UserRRef(RRefId = {h.rref_id!r}, ForkId = {h.fork_id!r})"
 
     def __repr__(self) -> str:
         h = self._handle
@@ -348,10 +416,10 @@ def _decode(pid: Any, ctx: pickler.DecodeContext) -> RRef[Any]:
         raise SerializationError(f"payload refers to RRef {index!r}, which it does not carry")
     agent = _agent.current("receiving an RRef")
     data = fork_data_from_pb(ctx.payload.rrefs[index])
-    if not (0 <= data.owner_id < agent.world_size and 0 <= data.parent_id < agent.world_size):
+    if not (agent.is_member(data.owner_id) and agent.is_member(data.parent_id)):
         raise SerializationError(
             f"payload from {ctx.peer!r} carries an RRef of worker {data.owner_id} sent by "
-            f"worker {data.parent_id}, outside the cluster of {agent.world_size}"
+            f"worker {data.parent_id}, which are not both members of this cluster"
         )
     handle = agent.rref.receive(data)
     ctx.objects.setdefault("R", []).append(handle)
@@ -365,7 +433,12 @@ pickler.register_side_table(RRef, "R", _encode, _decode)
 
 
 class _Proxy:
-    """``rref.rpc_sync()`` and friends: attribute access yields a caller of that method."""
+    """``rref.rpc_sync()`` and friends: attribute access yields a caller of that method.
+
+    As in PyTorch, a call first learns the value's type (``RRef._get_type``, fetched once per
+    RRef object), so a method the type lacks raises AttributeError on the caller: at once for
+    ``rpc_sync`` and ``remote``, through the returned Future for ``rpc_async``.
+    """
 
     __slots__ = ("_rref", "_verb", "_timeout")
 
@@ -377,20 +450,19 @@ class _Proxy:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        rref = self._rref
-        handle = rref._handle
-        if handle.is_owner and handle.value is not None and handle.value.done():
-            value = handle.value.wait(0)
-            if not isinstance(value, Failure):
-                if not hasattr(value, name):
-                    raise AttributeError(
-                        f"{type(value).__qualname__!r} object (the value of {rref!r}) has no "
-                        f"attribute {name!r}"
-                    )
-        return functools.partial(_proxy_call, rref, self._verb, self._timeout, name)
+        return functools.partial(_proxy_call, self._rref, self._verb, self._timeout, name)
 
     def __repr__(self) -> str:
         return f"<{self._verb} proxy of {self._rref!r}>"
+
+
+def _check_member(value_type: type, name: str, rref: RRef[Any]) -> None:
+    if not hasattr(value_type, name):
+        # PyTorch's wording first (getattr on the type), then which RRef it was.
+        raise AttributeError(
+            f"type object {value_type.__qualname__!r} has no attribute {name!r} (the type of "
+            f"the value of {rref!r})"
+        )
 
 
 def _proxy_call(
@@ -398,8 +470,52 @@ def _proxy_call(
 ) -> Any:
     from . import api
 
-    fn = {"rpc_sync": api.rpc_sync, "rpc_async": api.rpc_async, "remote": api.remote}[verb]
-    return fn(rref.owner(), _call_method, (name, rref, *args), kw, timeout)
+    if verb != "rpc_async":
+        _check_member(rref._get_type(timeout), name, rref)
+        fn = api.rpc_sync if verb == "rpc_sync" else api.remote
+        return fn(rref.owner(), _call_method, (name, rref, *args), kw, timeout)
+    out: Future[Any] = Future()
+
+    def typed(type_future: Future[type]) -> None:
+        try:
+            _check_member(type_future.value(), name, rref)
+            call = api.rpc_async(rref.owner(), _call_method, (name, rref, *args), kw, timeout)
+        except BaseException as exc:  # noqa: BLE001 - delivered through the Future
+            out.set_exception(exc)
+            return
+        call.add_done_callback(lambda f: _forward(f, out))
+
+    rref._get_type(timeout, blocking=False).add_done_callback(typed)
+    return out
+
+
+def _forward(src: Future[Any], dst: Future[Any]) -> None:
+    exc = src.exception()
+    if exc is not None:
+        dst.set_exception(exc)
+    else:
+        dst.set_result(src.value())
+
+
+def _settle_from_slot(
+    fut: Future[Any], slot: ValueSlot, result: Callable[[Any], Any] = type
+) -> None:
+    """Complete ``fut`` from a filled value slot: ``result(value)``, or the creation error."""
+    try:
+        value = outcome(slot.wait(0))
+    except BaseException as exc:  # noqa: BLE001 - delivered through the Future
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result(value))
+
+
+@async_execution
+def _rref_typeof_on_owner(rref: RRef[Any], blocking: bool = True) -> Future[type]:
+    """On the owner: the type of the RRef's value once it exists (``RRef._get_type`` of a
+    user; PyTorch's name). Reads no attribute of the value and runs none of its code."""
+    if not isinstance(rref, RRef) or not rref.is_owner():
+        raise TypeError("_rref_typeof_on_owner needs an RRef owned by this worker")
+    return rref._get_type(blocking=False)
 
 
 @async_execution

@@ -2,15 +2,14 @@
 
 PyTorch's tests are written against ``RpcAgentTestFixture`` and run through a concrete agent
 fixture (TensorPipe's). This one is that concrete fixture: world size 4, the backend and its
-options, the init method (``file://`` in the test's scratch folder under torch, as PyTorch's
-own; ``tcp://`` on a port the harness picked under gradwire, which has no file rendezvous) and
-the error regexes the tests match. The runner sets ``rank``, ``file_name`` and the environment
-(``TORCHSUITE_PORT``, ``TORCHSUITE_SCRATCH``) of every process.
+options, the init method (``file://`` in the test's scratch folder, as PyTorch's own, on both
+implementations) and the error regexes the tests match. The runner sets ``rank``,
+``file_name`` and the environment (``TORCHSUITE_PORT``, ``TORCHSUITE_SCRATCH``) of every
+process.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from . import IMPL
@@ -32,9 +31,7 @@ class RpcAgentTestFixture:
 
     @property
     def file_init_method(self) -> str:
-        if IMPL == "torch":
-            return FILE_SCHEMA + self.file_name
-        return f"tcp://127.0.0.1:{os.environ['TORCHSUITE_PORT']}"
+        return FILE_SCHEMA + self.file_name
 
     @property
     def rpc_backend(self) -> Any:

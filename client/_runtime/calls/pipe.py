@@ -1,0 +1,187 @@
+"""rpc_async over one long-lived ``CallPipe`` stream per address: many calls in flight, batched.
+
+A unary gRPC call costs its opening and closing on both sides (metadata, status, the server's
+per-call setup, a completion on gRPC's threads), which caps how many ``rpc_async`` calls per
+second a worker can start however many are in flight. On a pipe, a call is one frame in a
+message that usually carries several: whatever calls were waiting when the sending thread got
+to them go out as one batch, and the callee answers in batches too. Replies come back in any
+order, each naming its call (``ReplyHeader.message_id``).
+
+Threads: gRPC's request-feeding thread takes batches from ``Pipe._outbox`` (it blocks there
+while nothing is to be sent); one reader thread per pipe takes reply batches and hands each
+reply to its call's ``done(frame, error)``. Each call's deadline is kept by the transport's
+``Watchdog``: a call past it fails alone (DEADLINE_EXCEEDED, as a unary call would), the pipe
+goes on. A pipe that fails (the peer went away, the stream was cancelled) fails every call in
+it with the stream's status, and the next call opens a new pipe. Nothing is retried: a call
+that was in a failed pipe may or may not have run, as with a unary call that failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from ..._wire.framing import Frame, decode_frame, pack_batch, unpack_batch
+from .streams import StreamFailed, Watchdog
+
+__all__ = ["Pipe", "PipeClosed"]
+
+log = logging.getLogger(__name__)
+#: A batch stops growing at this many bytes (frames beyond it wait for the next message).
+BATCH_BYTES = 1 << 20
+_END = None
+#: done(reply frame or None, error or None): called once per call, on the pipe's reader thread,
+#: the watchdog's thread or the submitting thread; it must not block.
+Done = Callable[[Frame | None, grpc.RpcError | None], None]
+
+
+class PipeClosed(Exception):
+    """The pipe no longer takes calls (it failed or was closed): open a new one.
+
+    Attributes:
+        failure: the gRPC error the pipe failed with, or None when it was closed.
+    """
+
+    def __init__(self, failure: grpc.RpcError | None) -> None:
+        super().__init__("the call pipe is closed")
+        self.failure = failure
+
+
+class _Pending:
+    """One call in a pipe: what the watchdog arms (``expired``, ``cancel``)."""
+
+    __slots__ = ("pipe", "message_id", "done", "expired")
+
+    def __init__(self, pipe: Pipe, message_id: int, done: Done) -> None:
+        self.pipe = pipe
+        self.message_id = message_id
+        self.done = done
+        self.expired = False
+
+    def cancel(self) -> None:  # the watchdog: the call is past its deadline
+        self.pipe._expire(self.message_id)
+
+
+class Pipe:
+    """One open ``CallPipe`` stream to an address.
+
+    Args:
+        stub: the channel's stream-stream callable of ``CallPipe`` (bytes in, bytes out).
+        metadata: the call metadata (token, caller id).
+        watchdog: keeps each call's deadline.
+    """
+
+    def __init__(self, stub: Any, metadata: Any, watchdog: Watchdog) -> None:
+        self._watchdog = watchdog
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._failure: grpc.RpcError | None = None
+        self._closing = False
+        self._replies = stub(self._requests(), metadata=metadata)
+        self._reader = threading.Thread(target=self._read, name="gradwire-pipe", daemon=True)
+        self._reader.start()
+
+    @property
+    def alive(self) -> bool:
+        """Whether it takes calls (not failed, not closing)."""
+        return self._failure is None and not self._closing
+
+    def submit(self, message_id: int, encoded: bytes, timeout: float | None, done: Done) -> None:
+        """Send one encoded call frame; ``done`` gets its reply frame or the error.
+
+        Raises:
+            PipeClosed: the pipe failed or was closed before the call was taken.
+        """
+        entry = _Pending(self, message_id, done)
+        with self._lock:
+            if self._failure is not None or self._closing:
+                raise PipeClosed(self._failure)
+            self._pending[message_id] = entry
+            if timeout:
+                self._watchdog.arm(entry, time.monotonic() + timeout)
+            # Under the lock: a frame is never queued behind the end of the requests.
+            self._outbox.put(encoded)
+
+    def close(self) -> None:
+        """Send nothing more: the callee answers what it has, then the stream ends (calls
+        still pending then fail)."""
+        with self._lock:
+            if not self._closing:
+                self._closing = True
+                self._outbox.put(_END)
+
+    def cancel(self) -> None:
+        """End the stream now; pending calls fail with CANCELLED."""
+        self.close()
+        self._replies.cancel()
+
+    # -- threads ---------------------------------------------------------------------------
+
+    def _requests(self) -> Iterator[bytes]:
+        """gRPC's request-feeding thread: one message per batch of waiting frames."""
+        while True:
+            first = self._outbox.get()
+            if first is _END:
+                return
+            frames, size, end = [first], len(first), False
+            while size < BATCH_BYTES:
+                try:
+                    more = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _END:
+                    end = True
+                    break
+                frames.append(more)
+                size += len(more)
+            yield pack_batch(frames)
+            if end:
+                return
+
+    def _read(self) -> None:
+        failure: grpc.RpcError
+        try:
+            for batch in self._replies:
+                for raw in unpack_batch(batch):
+                    frame = decode_frame(raw)  # type: ignore[arg-type]
+                    self._answer(frame.header.reply.message_id, frame, None)
+            failure = StreamFailed(grpc.StatusCode.UNAVAILABLE, "the callee ended the call pipe")
+        except grpc.RpcError as exc:
+            failure = exc
+        except Exception as exc:  # noqa: BLE001 - a malformed reply batch ends the pipe
+            log.warning("call pipe: malformed reply from the callee: %s", exc)
+            failure = StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply batch: {exc}")
+        self._fail_all(failure)
+
+    def _answer(self, message_id: int, frame: Frame | None, error: grpc.RpcError | None) -> None:
+        with self._lock:
+            entry = self._pending.pop(message_id, None)
+        if entry is None:
+            return  # expired before its reply came, or an id this pipe never sent
+        self._watchdog.disarm(entry)
+        entry.done(frame, error)
+
+    def _expire(self, message_id: int) -> None:
+        self._answer(
+            message_id,
+            None,
+            StreamFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"),
+        )
+
+    def _fail_all(self, failure: grpc.RpcError) -> None:
+        with self._lock:
+            self._failure = failure
+            pending, self._pending = list(self._pending.values()), {}
+            if not self._closing:
+                self._closing = True
+                self._outbox.put(_END)  # let the request thread end
+        for entry in pending:
+            self._watchdog.disarm(entry)
+            entry.done(None, failure)

@@ -1,0 +1,133 @@
+"""rpc_async's call pipe (gradwire._runtime.calls.pipe, the ``CallPipe`` method): many calls in
+flight on one stream, in batches, replies in any order; each call keeps its own deadline and
+error; a malformed batch or a missing token ends only that stream. Real workers on loopback,
+over the Unix socket and over TCP."""
+
+from __future__ import annotations
+
+import operator
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from gradwire import errors
+from gradwire._runtime.agent import current
+from gradwire._wire.framing import pack_batch, unpack_batch
+from gradwire.distributed import rpc
+from gradwire.errors import SerializationError
+
+from . import bodies
+from .conftest import solo_options
+
+
+@pytest.fixture(scope="module", params=["unix", "tcp"])
+def solo(request: pytest.FixtureRequest) -> Iterator[None]:
+    rpc.init_rpc("solo", 0, 1, solo_options(use_unix_socket=request.param == "unix"))
+    try:
+        yield
+    finally:
+        rpc.shutdown(graceful=False)
+
+
+def _pipes() -> int:
+    transport = current().transport
+    return sum(1 for s in transport._stubs.values() if s.pipe is not None and s.pipe.alive)
+
+
+def test_batches_round_trip_and_malformed_ones_are_refused() -> None:
+    frames = [b"", b"a", b"bc" * 1000]
+    assert [bytes(f) for f in unpack_batch(pack_batch(frames))] == frames
+    assert unpack_batch(b"") == []
+    with pytest.raises(SerializationError, match="length prefix"):
+        unpack_batch(b"\x01\x00")
+    with pytest.raises(SerializationError, match="a frame of 9 bytes"):
+        unpack_batch(b"\x09\x00\x00\x00abc")
+
+
+def test_many_calls_in_flight_each_get_their_own_result(solo: None) -> None:
+    futs = [rpc.rpc_async("solo", operator.mul, (i, 3)) for i in range(500)]
+    assert [f.wait() for f in futs] == [i * 3 for i in range(500)]
+    assert _pipes() == 1  # all of them on the one pipe
+
+
+def test_replies_come_back_in_any_order(solo: None) -> None:
+    slow = rpc.rpc_async("solo", bodies.sleep_then, (1.0, "slow"))
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    fast = [rpc.rpc_async("solo", operator.add, (i, 1)) for i in range(20)]
+    assert [f.wait() for f in fast] == list(range(1, 21))
+    assert time.monotonic() - t0 < 0.9, "fast calls waited behind the slow one"
+    assert not slow.done()
+    assert slow.wait() == "slow"
+
+
+def test_each_call_keeps_its_deadline_and_the_pipe_goes_on(solo: None) -> None:
+    late = rpc.rpc_async("solo", bodies.sleep_then, (2.0, "late"), timeout=0.3)
+    ok = rpc.rpc_async("solo", bodies.sleep_then, (0.5, "ok"), timeout=5)
+    with pytest.raises(errors.RpcTimeoutError, match="timed out"):
+        late.wait()
+    assert ok.wait() == "ok"
+    assert rpc.rpc_async("solo", operator.add, (1, 2)).wait() == 3
+    assert _pipes() == 1
+
+
+def test_errors_keep_their_type_per_call(solo: None) -> None:
+    bad = rpc.rpc_async("solo", operator.truediv, (1, 0))
+    good = rpc.rpc_async("solo", operator.add, (2, 2))
+    with pytest.raises(ZeroDivisionError):
+        bad.wait()
+    assert good.wait() == 4
+
+
+def test_callbacks_and_many_threads(solo: None) -> None:
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def work(base: int) -> None:
+        futs = [rpc.rpc_async("solo", operator.add, (base, i)) for i in range(100)]
+        chained = [f.then(lambda f: f.value() * 2) for f in futs]
+        got = [c.wait() for c in chained]
+        with lock:
+            results.extend(got)
+        assert got == [(base + i) * 2 for i in range(100)]
+
+    threads = [threading.Thread(target=work, args=(k * 1000,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 400
+
+
+def _raw_pipe(agent: Any, metadata: Any, batches: list[bytes]) -> grpc.RpcError | list[bytes]:
+    me = next(p for p in agent.peers if p.name == agent.name)
+    channel = grpc.insecure_channel(me.address)
+    try:
+        stub = channel.stream_stream("/gradwire.v1.Worker/CallPipe")
+        try:
+            return list(stub(iter(batches), metadata=metadata, timeout=10))
+        except grpc.RpcError as exc:
+            return exc
+    finally:
+        channel.close()
+
+
+def test_a_malformed_batch_ends_that_stream_only(solo: None) -> None:
+    agent = current()
+    out = _raw_pipe(agent, agent.transport.metadata, [b"\x05\x00\x00\x00ab"])
+    assert isinstance(out, grpc.RpcError)
+    assert out.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "truncated batch" in (out.details() or "")
+    assert rpc.rpc_async("solo", operator.add, (1, 2)).wait() == 3
+
+
+def test_a_pipe_without_the_token_is_refused(solo: None) -> None:
+    agent = current()
+    caller_only = [(k, v) for k, v in agent.transport.metadata if k != "x-gradwire-token"]
+    out = _raw_pipe(agent, caller_only, [pack_batch([b"anything"])])
+    assert isinstance(out, grpc.RpcError)
+    assert out.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert rpc.rpc_async("solo", operator.add, (1, 2)).wait() == 3

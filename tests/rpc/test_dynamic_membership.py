@@ -1,0 +1,268 @@
+"""Dynamic groups (``init_rpc`` without a world size): workers join a running group and leave
+it, with real processes on loopback (roles in dynamic_group.py)."""
+
+from __future__ import annotations
+
+import operator
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from gradwire import errors
+from gradwire._runtime import agent as _agent
+from gradwire.distributed import rpc
+from gradwire.distributed.rpc._testing import free_port
+
+from . import dynamic_group as dg
+
+
+@pytest.fixture
+def group() -> Any:
+    g = dg.Group(f"tcp://127.0.0.1:{free_port()}")
+    try:
+        yield g
+    finally:
+        for s in g.signals.values():
+            s.set()
+        g.close()
+
+
+def test_join_under_load_then_leave_and_die(group: dg.Group) -> None:
+    # 2 workers, then 3 join while calls and RRef forks are in flight, then 2 leave
+    # gracefully and 1 is killed.
+    group.start(dg.survivor, "w0", 0)
+    assert group.expect("w0", "joined") == ["w0"]
+    group.start(dg.survivor, "w1", 1)
+    assert group.expect("w1", "joined") == ["w0", "w1"]
+    group.signals["load"].set()
+    for name, rank, fate in (("w2", 2, "leave"), ("w3", 7, "leave"), ("w4", 4, "killed")):
+        group.start(dg.joiner, name, rank, fate)
+    for name in ("w2", "w3", "w4"):
+        assert {"w0", "w1", name} <= set(group.expect(name, "joined"))
+        group.expect(name, "loaded")
+    group.expect("w0", "held")
+    group.procs["w4"].kill()
+    group.signals["leave"].set()
+    assert group.expect("w0", "released") == {"v": 42}  # not deleted while w2 was leaving
+    left = {name: group.expect(name, "done") for name in ("w2", "w3")}
+    # w2 waited for w0 to delete the RRef it owns before it left.
+    assert left["w2"]["leave_seconds"] > 0.5, left["w2"]["leave_seconds"]
+    group.signals["stop"].set()
+    checked = {name: group.expect(name, "checked") for name in ("w0", "w1")}
+    group.signals["end"].set()
+    done = {name: group.expect(name, "done") for name in ("w0", "w1")}
+    for c in checked.values():
+        assert c["members"] == ["w0", "w1", "w4"], c  # w4 is lost, not departed
+        assert c["departed"].startswith("WorkerDepartedError") and "'w2'" in c["departed"], c
+        assert "departed" in c["departed"] and c["departed_seconds"] < 0.5, c
+        assert "'w3'" in c["departed_info"] and "departed" in c["departed_info"], c
+        assert "'w4' is lost" in c["lost"], c
+        assert c["clean"], c  # RRef counts back to zero, no dist-autograd context left
+    # No call lost or run twice: each call that answered ran exactly once on its target, a
+    # call that failed did so as departed (w2, w3) or unavailable (w4), and none ran twice.
+    logs = {name: Counter(r["log"]) for name, r in {**left, **done}.items()}
+    assert all(n == 1 for log in logs.values() for n in log.values()), logs
+    forks = 0
+    for name, r in {**left, **done}.items():
+        load = r["load"]
+        forks += load["forks"]
+        assert load["ok"], name
+        for target, call_id in load["ok"]:
+            if target != "w4":
+                assert logs[target][call_id] == 1, (name, target, call_id)
+        for target, _call_id, kind, message in load["failed"]:
+            if target in ("w2", "w3"):
+                assert kind == "WorkerDepartedError" and "departed" in message, message
+            else:
+                assert target == "w4" and kind == "WorkerUnavailableError", message
+    assert forks > 0
+
+
+def test_a_name_or_rank_in_use_is_refused_naming_its_member(group: dg.Group) -> None:
+    group.start(dg.late, "host", 0)
+    group.expect("host", "joined")
+    group.start(dg.late, "m1", 1)
+    group.expect("m1", "joined")
+    group.start(dg.clash, "host", 3, label="host-again")
+    group.start(dg.clash, "m2", 1)
+    group.start(dg.fixed_joiner, "f", 1)
+    name_clash = group.expect("host-again", "done")
+    assert name_clash.startswith("RpcInitError"), name_clash
+    assert "'host' is not unique" in name_clash and "(rank 0)" in name_clash, name_clash
+    rank_clash = group.expect("m2", "done")
+    assert rank_clash.startswith("RpcInitError"), rank_clash
+    assert "rank 1 is taken: worker 'm1'" in rank_clash, rank_clash
+    fixed = group.expect("f", "done")
+    assert "expects world_size 2" in fixed and "dynamic group" in fixed, fixed
+    group.signals["stop"].set()
+    assert group.expect("m1", "done") == "ok"
+    assert group.expect("host", "done") == "ok"
+
+
+def test_a_member_that_missed_the_announcement_asks_the_host(group: dg.Group) -> None:
+    group.start(dg.late, "host", 0)
+    group.expect("host", "joined")
+    group.start(dg.deaf_member, "deaf", 1)
+    group.expect("deaf", "joined")
+    group.start(dg.late, "late", 9)
+    group.expect("late", "joined")
+    group.signals["load"].set()
+    group.signals["stop"].set()
+    got = group.expect("deaf", "done")
+    assert got["before"] == ["deaf", "host"], got  # it did not hear of "late"...
+    assert got["info"] == ("late", 9) and got["answer"] == "late", got  # ...and found it
+
+
+def _gradwire(*args: str) -> subprocess.Popen[str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GRADWIRE_") and k not in ("RANK", "WORLD_SIZE")
+    }
+    env.update({"GRADWIRE_TOKEN": dg.TOKEN, "PYTHONUNBUFFERED": "1"})
+    module = "gradwire.server" if args[0] == "worker" else "gradwire.cli"
+    argv = [sys.executable, "-m", module, *(args[1:] if args[0] == "worker" else args)]
+    return subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _until(check: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_cli_workers_join_without_a_world_size_and_inspect_watch_shows_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    port = free_port()
+    rpc.init_rpc(
+        "host", 0, rpc_backend_options=dg.options(f"tcp://127.0.0.1:{port}", token=dg.TOKEN)
+    )
+    workers: list[subprocess.Popen[str]] = []
+    try:
+        watch = _gradwire(
+            "inspect", f"127.0.0.1:{port}", "--watch", "--count", "4", "--duration", "60",
+            "--kind", "PeerJoined", "--kind", "PeerLeft", "--kind", "PeerLost",
+        )  # fmt: skip
+        workers.append(watch)
+        agent = _agent.current()
+        assert _until(lambda: agent.control_events.listening, 30), "inspect did not subscribe"
+        seeds = ("--master-addr", "127.0.0.1", "--master-port", str(port))
+        polite = _gradwire("worker", "--name", "cli-a", "--rank", "5", *seeds)
+        rude = _gradwire("worker", "--name", "cli-b", "--rank", "6", *seeds)
+        workers += [polite, rude]
+        names = lambda: {w.name for w in rpc.get_worker_infos()}  # noqa: E731
+        assert _until(lambda: {"cli-a", "cli-b"} <= names(), 30), names()
+        assert rpc.get_worker_info("cli-a").id == 5
+        view = rpc.api._get_current_rpc_agent().get_worker_infos()
+        assert sorted(w.name for w in view) == ["cli-a", "cli-b", "host"]
+        assert rpc.rpc_sync("cli-b", operator.add, (1, 2)) == 3
+        polite.send_signal(signal.SIGTERM)  # leaves the group: departed
+        assert polite.wait(30) == 0, polite.communicate()
+        assert "cli-a" not in names()
+        with pytest.raises(errors.WorkerDepartedError, match="'cli-a'.*departed"):
+            rpc.rpc_sync("cli-a", operator.add, (1, 2))
+        rude.kill()  # lost, as before
+        rude.wait(10)
+        out, err = watch.communicate(timeout=30)
+        assert watch.returncode == 0, err
+        kinds = [(line.split()[2], line.split()[3]) for line in out.splitlines()]
+        assert kinds[:2] == [("PeerJoined", "peer=cli-a"), ("PeerJoined", "peer=cli-b")] or kinds[
+            :2
+        ] == [("PeerJoined", "peer=cli-b"), ("PeerJoined", "peer=cli-a")], out
+        assert kinds[2:] == [("PeerLeft", "peer=cli-a"), ("PeerLost", "peer=cli-b")], out
+        assert "cli-b" in names()  # a lost member stays a member (as lost)
+        with pytest.raises(errors.WorkerUnavailableError, match="'cli-b' is lost"):
+            rpc.rpc_sync("cli-b", operator.add, (1, 2))
+    finally:
+        for p in workers:
+            if p.poll() is None:
+                p.kill()
+                p.communicate(timeout=10)
+        rpc.shutdown()
+
+
+def test_worker_settings_without_a_world_size_mean_a_dynamic_group() -> None:
+    from gradwire.server.cli.settings import ConfigError
+    from gradwire.server.cli.worker import build_parser
+    from gradwire.server.cli.worker_config import worker_config
+
+    def cfg(argv: list[str]) -> Any:
+        return worker_config(build_parser().parse_args(argv), {})
+
+    c = cfg(["--name", "t1", "--rank", "7", "--master-addr", "10.0.0.5", "--token", "t"])
+    assert c.world_size is None and c.init_method == "tcp://10.0.0.5:29500"
+    seeded = cfg(
+        ["--name", "t", "--rank", "3", "--peers", "10.0.0.5:4000,10.0.0.6:4000", "--token", "t"]
+    )
+    assert seeded.init_method == "tcp://10.0.0.5:4000"  # the first seed hosts the group
+    with pytest.raises(ConfigError, match="--names needs a world size|GRADWIRE_NAMES needs"):
+        cfg(["--rank", "1", "--names", "a,b", "--master-addr", "h"])
+    fixed = cfg(["--name", "a", "--rank", "1", "--world-size", "2", "--master-addr", "h"])
+    assert fixed.world_size == 2
+
+
+def test_the_same_join_and_leave_on_pytorch_and_gradwire() -> None:
+    """What PyTorch's dynamic groups allow, gradwire allows (and refuses what it refuses)."""
+    from pathlib import Path
+
+    from torch_oracle import require_torch_python
+
+    script = str(Path(__file__).with_name("dynamic_scenario.py"))
+
+    def run(python: str, framework: str) -> dict[str, Any]:
+        import json
+
+        env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK")}
+        p = subprocess.run(
+            [python, script, framework, str(free_port())],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert p.returncode == 0, p.stderr[-3000:]
+        return dict(json.loads(p.stdout.strip().splitlines()[-1]))
+
+    ours = run(sys.executable, "gradwire")
+    expected = {
+        "h.init": ["ok", None],
+        "a.init": ["ok", None],
+        "b.init": ["ok", None],
+        "h.members_after_joins": ["a", "b", "h"],
+        "a.info_of_later_joiner": ["ok", 2],
+        "a.call_later_joiner": ["ok", 3],
+        "b.call_host": ["ok", 4],
+        "b.shutdown": ["ok", None],
+        "h.members_after_leave": ["a", "h"],
+        "h.call_departed": ["RuntimeError", None],
+        "dup.init": ["RuntimeError", None],
+    }
+    assert ours == expected
+    theirs = run(require_torch_python(), "torch")
+    assert theirs == expected
+
+
+def test_a_call_still_running_when_its_worker_leaves_fails_as_departed(group: dg.Group) -> None:
+    group.start(dg.waiting_caller, "host", 0)
+    group.start(dg.busy_leaver, "busy", 1)
+    group.expect("busy", "joined")
+    group.expect("host", "calling")
+    group.signals["leave"].set()
+    group.expect("busy", "done")
+    group.signals["stop"].set()
+    got = group.expect("host", "done")
+    # Not at its 30 s timeout: once the departed worker's connection closed.
+    assert got["outcome"].startswith("WorkerDepartedError"), got
+    assert "'busy' has departed" in got["outcome"] and got["elapsed"] < 20, got

@@ -1,0 +1,32 @@
+"""to_here() of a ready plain value is answered on the owner's I/O loop; other values, whose
+encoding may run user code (reducers), on its serving pool (docs/architecture.md, "Where a
+call's time goes")."""
+
+from __future__ import annotations
+
+import pytest
+from gradwire.distributed.rpc._testing import run_cluster
+
+from . import fetch_bodies
+
+TCP = {"rpc_timeout": 60.0, "use_unix_socket": False, "shm_transfer": False}
+
+
+@pytest.mark.parametrize("options", [TCP, {"rpc_timeout": 60.0}], ids=["tcp", "defaults"])
+def test_ready_plain_values_skip_the_busy_pool_others_wait_for_it(options):
+    out = run_cluster(
+        2,
+        fetch_bodies.fetch_paths,
+        timeout=120,
+        options=options,
+        rank_options={1: {"num_worker_threads": 1}},
+    )[0].value
+    assert out["early"] == [0.0, 1.0, 2.0, 3.0]
+    assert out["tensor_sum"] == float(1 << 16) and out["number"] == 7
+    assert out["listed"] == [1, 2] and out["blocker"] == "slept"
+    # The blocker held the only serving thread for BLOCK_SECONDS from 0.5 s before the first
+    # fetch: a fetch served by the pool waits for it, one served on the loop does not.
+    left = fetch_bodies.BLOCK_SECONDS - 0.5
+    assert out["tensor_seconds"] < left / 2, out
+    assert out["number_seconds"] < left / 2, out
+    assert out["listed_seconds"] > left / 2, out
