@@ -186,7 +186,7 @@ class WorkerServicer:
             try:
                 async for batch in batches:
                     # A malformed batch or frame (no call to answer) ends the pipe.
-                    for frame in map(decode_frame, unpack_batch(batch)):  # type: ignore[arg-type]
+                    for frame in _pipe_frames(batch):
                         running += 1
                         task = asyncio.ensure_future(serve(frame))
                         tasks.add(task)
@@ -480,6 +480,20 @@ def lenient(parse: Any, what: str) -> Any:
             return Undecodable(f"malformed {what}: {exc}")
 
     return de
+
+
+def _pipe_frames(batch: bytes) -> list[Frame]:
+    """The call frames of a CallPipe batch.
+
+    Raises:
+        SerializationError: the batch or one of its frames does not parse.
+    """
+    try:
+        return [decode_frame(raw) for raw in unpack_batch(batch)]  # type: ignore[arg-type]
+    except SerializationError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and the like
+        raise SerializationError(f"malformed frame in a call pipe batch: {exc}") from exc
 
 
 async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> None:

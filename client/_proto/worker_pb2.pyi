@@ -313,22 +313,26 @@ class ReleaseContextRequest(_message.Message):
     def __init__(self, context_id: _Optional[int] = ..., sender_id: _Optional[int] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
-    __slots__ = ("worker", "world_size")
+    __slots__ = ("worker", "world_size", "assign_rank")
     WORKER_FIELD_NUMBER: _ClassVar[int]
     WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ASSIGN_RANK_FIELD_NUMBER: _ClassVar[int]
     worker: WorkerInfo
     world_size: int
-    def __init__(self, worker: _Optional[_Union[WorkerInfo, _Mapping]] = ..., world_size: _Optional[int] = ...) -> None: ...
+    assign_rank: bool
+    def __init__(self, worker: _Optional[_Union[WorkerInfo, _Mapping]] = ..., world_size: _Optional[int] = ..., assign_rank: bool = ...) -> None: ...
 
 class JoinReply(_message.Message):
-    __slots__ = ("workers", "session", "token")
+    __slots__ = ("workers", "session", "token", "rank")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
     session: str
     token: str
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., session: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+    rank: int
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., session: _Optional[str] = ..., token: _Optional[str] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class FetchReplyRequest(_message.Message):
     __slots__ = ("continuation", "caller_id")

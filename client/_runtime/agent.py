@@ -65,7 +65,7 @@ from .cluster.rendezvous import (
     route_to,
     withdraw_address,
 )
-from .cluster.workers import Peer, WorkerInfo, host_id
+from .cluster.workers import Peer, WorkerInfo, host_id, validate_rank
 from .dist_autograd.service import DistAutogradService
 from .rref.calls import RRefCalls
 from .rref.fetch import RRefFetch
@@ -192,38 +192,42 @@ class Agent:
 
     Args:
         name: validated worker name.
-        rank: worker id (in [0, world_size) in a fixed group).
+        rank: worker id (in [0, world_size) in a fixed group); None: a worker joining a dynamic
+            group whose host assigns its rank (the services are built once it has one).
         world_size: number of workers; 0 for a dynamic group (``init_rpc`` without a world
             size: workers join and leave while it runs, see ``cluster.membership``).
         options: backend options.
     """
 
     def __init__(
-        self, name: str, rank: int, world_size: int, options: GrpcRpcBackendOptions
+        self, name: str, rank: int | None, world_size: int, options: GrpcRpcBackendOptions
     ) -> None:
         self.name = name
-        self.rank = rank
+        #: Asks the group's host for a rank at join (``rank`` None); until then -1.
+        self.assign_rank = rank is None
+        self.rank = -1 if rank is None else rank
+        stem = "joining" if rank is None else str(rank)
         self.world_size = world_size
         self.options = options
         self.policy = options.policy()
         if self.policy.guarded:
             guard.install()  # the audit hook, once per process (docs/security.md)
-        self.plan = plan(options.init_method, rank, world_size, options.listen_address)
+        self.plan = plan(options.init_method, self.rank, world_size, options.listen_address)
         #: A worker that enters the shutdown barrier as soon as it joined, to serve until the
         #: job ends (gradwire-worker --until job), reports SERVING to health checks while it
         #: waits there; any other shutdown reports NOT_SERVING from its start.
         self.serving_until_job = False
         self.table = PeerTable(DeviceMaps(name, options.device_maps), world_size)
-        self.ctx = WorkerContext(name, rank, world_size, options, self.policy, self.table)
+        self.ctx = WorkerContext(name, self.rank, world_size, options, self.policy, self.table)
         self.events = ClusterEvents()
         self.control_events = ControlEvents()
         self.session = ""
         self.address = ""
         #: "unix:/path" this worker also serves on (same-host peers dial it), or "".
-        self.local_address = self._unix_listener()
+        self.local_address = self._unix_listener(stem)
         #: "unix:/path" of the fast lane (gradwire.server.fast_lane), or "".
         self.local_call_address = (
-            f"unix:{os.path.join(self._unix_dir, f'{self.rank}.call.sock')}"
+            f"unix:{os.path.join(self._unix_dir, f'{stem}.call.sock')}"
             if self.local_address
             else ""
         )
@@ -240,8 +244,14 @@ class Agent:
         self._barrier_gen = itertools.count()
         self._stop_server: Callable[[float], None] | None = None
         self._check_security()
-        self._build()
-        if rank == HOST_RANK:
+        # Rank-independent, used by the server from its start (the fast lane's executor) and
+        # by the Join; the services, which know their rank, are built once it is known.
+        self.pool = ServingPool(self.options.num_worker_threads, name=f"gradwire-{self.name}")
+        self.transport = Transport(self.options, self.rank)
+        self._built = False
+        if not self.assign_rank:
+            self._build()
+        if self.rank == HOST_RANK:
             # Set up before the server starts, so that the first Join finds them.
             if self.token is None:
                 self.token, self.token_generated = secrets.token_hex(16), True
@@ -253,8 +263,7 @@ class Agent:
     def _build(self) -> None:
         """Build the services, each from what it uses, and wire them together."""
         ctx, events, control = self.ctx, self.events, self.control_events
-        self.pool = ServingPool(self.options.num_worker_threads, name=f"gradwire-{self.name}")
-        self.transport = Transport(self.options, self.rank)
+        self._built = True
         self.rref = RRefService(ctx, self.transport, self.pool, events, control)
         self.rref.calls = RRefCalls(self.rref)
         self.rref.fetch = RRefFetch(self.rref)
@@ -353,7 +362,7 @@ class Agent:
                 "mutual TLS, or pass allow_insecure=True on a closed network"
             )
 
-    def _unix_listener(self) -> str:
+    def _unix_listener(self, stem: str) -> str:
         if (
             not self.options.use_unix_socket
             or self.options.tls_enabled
@@ -364,7 +373,7 @@ class Agent:
         # name carries our pid, so that the directories of killed workers can be swept.
         sweep_socket_dirs()
         self._unix_dir = tempfile.mkdtemp(prefix=f"{_SOCKET_DIR_PREFIX}{os.getpid()}-")
-        return f"unix:{os.path.join(self._unix_dir, f'{self.rank}.sock')}"
+        return f"unix:{os.path.join(self._unix_dir, f'{stem}.sock')}"
 
     def _set_state(self, state: AgentState) -> None:
         with self._state_lock:
@@ -486,7 +495,9 @@ class Agent:
                 reply = self.transport.control(
                     self.plan.master,
                     "Join",
-                    pb.JoinRequest(worker=me, world_size=self.world_size),
+                    pb.JoinRequest(
+                        worker=me, world_size=self.world_size, assign_rank=self.assign_rank
+                    ),
                     pb.JoinReply,
                     timeout,
                     wait_for_ready=True,
@@ -501,6 +512,8 @@ class Agent:
                         "the same token on every worker"
                     )
                 self.token = reply.token
+            if self.assign_rank:
+                self._take_rank(reply.rank)
         self.transport.set_token(self.token, self.rank)
         self.session = reply.session
         self.table.fill(
@@ -517,6 +530,14 @@ class Agent:
         io_loop().call_soon_threadsafe(self._ready.set)
         self._ready_flag.set()
         log.info("worker %s (rank %d) joined session %s", self.name, self.rank, self.session)
+
+    def _take_rank(self, rank: int) -> None:
+        """The group's host assigned this worker ``rank``: build the services with it."""
+        validate_rank(rank, f"the rank the host assigned to {self.name!r}")
+        self.rank = rank
+        self.ctx = dataclasses.replace(self.ctx, rank=rank)
+        self._build()
+        log.info("worker %s was assigned rank %d by the group's host", self.name, rank)
 
     def _file_rendezvous(self, timeout: float) -> None:
         """``file://``: rank 0 writes its address to the file; the others read it (their
@@ -549,9 +570,10 @@ class Agent:
         if self.ctx.dynamic and self.rank == HOST_RANK:
             if not await self.wait_ready(self.options.init_timeout):
                 raise RpcInitError(f"the group's host {self.name!r} has not started yet")
-            workers = await self.membership.serve_join(request.worker)
+            workers, rank = await self.membership.serve_join(request.worker, request.assign_rank)
             return pb.JoinReply(
                 workers=workers,
+                rank=rank,
                 session=self.session,
                 token=self.token if self.token_generated and self.token else "",
             )
@@ -559,8 +581,15 @@ class Agent:
             raise RpcInitError(
                 f"worker {self.name!r} (rank {self.rank}) does not host the rendezvous"
             )
+        if request.assign_rank:
+            raise RpcInitError(
+                f"worker {who!r} asks for a rank, but rank 0 ({self.name!r}) hosts a fixed "
+                f"group of {self.world_size} workers, where each worker brings its rank"
+            )
         self.rendezvous.add(request.worker, request.world_size)
-        return await self.rendezvous.wait(self.options.init_timeout)
+        reply = await self.rendezvous.wait(self.options.init_timeout)
+        reply.rank = request.worker.id
+        return reply
 
     # -- barrier and shutdown --------------------------------------------------------------------
 
@@ -701,12 +730,19 @@ class Agent:
     def _stop(self, grace: float) -> None:
         if self.plan.store_file and self.rank == HOST_RANK and self.address:
             withdraw_address(self.plan.store_file, self.address)
+        if not self._built:  # the Join failed before the host assigned a rank
+            self._close(grace)
+            return
         self.liveness.stop()
         for peer in self.table.departed.values():
             set_departed(peer.name, False)
         self.autograd.close()
         self.rref.close()
         self.caller.fail_all(f"RPC agent of {self.name!r} shut down while the call was pending")
+        self._close(grace)
+
+    def _close(self, grace: float) -> None:
+        """Stop the server, the transport and the pool; SHUTDOWN."""
         self.transport.close_streams()
         if self._stop_server is not None:
             try:

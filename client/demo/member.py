@@ -1,11 +1,9 @@
 """``python -m gradwire.demo.member``: a trainer of the elastic demo (a dynamic group member).
 
-The same flags and GRADWIRE_* variables as ``gradwire-worker``, without a world size, with two
-defaults that suit replicas of one service (``docker compose up --scale trainer=N``):
-
-- the name defaults to ``trainer-<host name>`` (a container's host name is its id);
-- without a rank it picks one at join: a rank derived from the name, and the next one when the
-  group's host answers that a member has it.
+The same flags and GRADWIRE_* variables as ``gradwire-worker``, without a world size, with a
+default that suits replicas of one service (``docker compose up --scale trainer=N``): the name
+defaults to ``trainer-<host name>`` (a container's host name is its id). Without a rank, the
+group's host assigns it the lowest free one at join (as ``gradwire-worker`` without ``--rank``).
 
 It serves until SIGTERM/SIGINT or until the group's host (rank 0, the elastic job's driver)
 leaves; then it stops its running epoch after the current batch and leaves the group. Exit codes
@@ -19,26 +17,13 @@ import os
 import socket
 import sys
 import time
-import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from ..errors import RpcInitError
 
-__all__ = ["main", "candidate_ranks", "MAX_RANK"]
+__all__ = ["main"]
 
 log = logging.getLogger("gradwire.demo.member")
-
-#: Ranks stay below 2**15: a worker id is the top 16 bits of a signed 64-bit autograd id.
-MAX_RANK = 2**15 - 1
-#: Ranks tried before giving up (each refusal means a member has that rank).
-ATTEMPTS = 16
-
-
-def candidate_ranks(name: str) -> Iterator[int]:
-    """Ranks to try for ``name``: one derived from it, then the following ones (1..MAX_RANK)."""
-    first = zlib.crc32(name.encode()) % MAX_RANK
-    for i in range(ATTEMPTS):
-        yield 1 + (first + i) % MAX_RANK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,8 +41,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
     env = dict(os.environ)
     env.setdefault("GRADWIRE_NAME", f"trainer-{socket.gethostname()}")
-    given = args.rank is not None or "GRADWIRE_RANK" in env
-    env.setdefault("GRADWIRE_RANK", "1")  # replaced below by the rank picked at join
     try:
         cfg = worker_config(args, env)
     except ConfigError as exc:
@@ -70,24 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     stops = StopSignals(
         on_second=lambda s: abandon(EXIT_SIGNALLED[s], "second stop signal: exiting at once")
     ).install()
-    ranks = [cfg.rank] if given else list(candidate_ranks(cfg.name))
-    for rank in ranks:
-        try:
-            with stops.raising():
-                rpc.init_rpc(cfg.name, rank, None, cfg.backend_options())
-            break
-        except Interrupted as exc:
-            log.warning("%s before joining; exiting", exc)
-            return EXIT_SIGNALLED[exc.signum]
-        except RpcInitError as exc:
-            if given or f"rank {rank} is taken" not in str(exc):
-                print(f"{prog}: cannot join the group: {exc}", file=sys.stderr)
-                return EXIT_JOIN
-            log.info("rank %d is taken; trying the next one", rank)
-    else:
-        print(f"{prog}: cannot join: ranks {ranks} are all taken", file=sys.stderr)
+    try:
+        with stops.raising():
+            rpc.init_rpc(cfg.name, cfg.rank, None, cfg.backend_options())
+    except Interrupted as exc:
+        log.warning("%s before joining; exiting", exc)
+        return EXIT_SIGNALLED[exc.signum]
+    except RpcInitError as exc:
+        print(f"{prog}: cannot join the group: {exc}", file=sys.stderr)
         return EXIT_JOIN
-    log.info("%s joined the group with rank %d", cfg.name, rank)
+    log.info("%s joined the group with rank %d", cfg.name, rpc.get_worker_info().id)
     while not stops.event.wait(1.0):
         if all(w.id != 0 for w in rpc.get_worker_infos()):
             log.info("the group's host left (the job ended): leaving too")

@@ -16,7 +16,7 @@ from typing import Any
 
 from gradwire._runtime.cluster.options import GrpcRpcBackendOptions
 from gradwire._runtime.cluster.rendezvous import is_loopback, plan
-from gradwire._runtime.cluster.workers import validate_name
+from gradwire._runtime.cluster.workers import RANK_LIMIT, validate_name
 from gradwire._wire.policy import DEFAULT_DENY
 from gradwire.errors import GradwireError
 
@@ -109,7 +109,14 @@ JOIN_SETTINGS: tuple[Setting, ...] = (
         kind="list",
         metavar="NAME",
     ),
-    Setting("rank", "--rank", "GRADWIRE_RANK", "worker id in [0, world size)", _non_negative_int),
+    Setting(
+        "rank",
+        "--rank",
+        "GRADWIRE_RANK",
+        "worker id in [0, world size); without a world size it may be left out: the group's "
+        "host (rank 0) assigns the lowest free rank at join",
+        _non_negative_int,
+    ),
     Setting(
         "world_size",
         "--world-size",
@@ -279,7 +286,8 @@ class WorkerConfig:
     """A checked worker configuration.
 
     Attributes:
-        name, rank, world_size: identity in the cluster (world_size None: a dynamic group).
+        name, rank, world_size: identity in the cluster (world_size None: a dynamic group;
+            rank None: one the group's host assigns at join).
         init_method: ``"tcp://host:port"`` or the peer list.
         listen, advertise: where to serve and what to advertise (None: the defaults).
         token: cluster token (None: none; a loopback cluster then generates one).
@@ -289,7 +297,7 @@ class WorkerConfig:
     """
 
     name: str
-    rank: int
+    rank: int | None
     world_size: int | None
     init_method: str | list[str]
     listen: str | None
@@ -340,7 +348,7 @@ def _required(values: dict[str, tuple[Any, str]], dest: str, flag: str, env: str
 
 
 def _init_method(
-    values: dict[str, tuple[Any, str]], rank: int, world_size: int | None
+    values: dict[str, tuple[Any, str]], rank: int | None, world_size: int | None
 ) -> str | list[str]:
     peers, peers_src = values["peers"]
     master, master_src = values["master_addr"]
@@ -391,9 +399,19 @@ def worker_config(
     """
     env = os.environ if environ is None else environ
     values = resolve_settings(args, WORKER_SETTINGS if serve else JOIN_SETTINGS, env)
-    rank = _required(values, "rank", "--rank", "GRADWIRE_RANK")
     world_size = values["world_size"][0]  # None: a dynamic group
-    if world_size is not None and rank >= world_size:
+    rank = values["rank"][0]  # None in a dynamic group: the host assigns one at join
+    if rank is None and world_size is not None:
+        raise ConfigError(
+            f"missing --rank (or $GRADWIRE_RANK): a worker of a fixed group ({values['world_size'][1]}) "
+            "needs its rank; without a world size the group's host assigns one"
+        )
+    if rank is not None and rank >= RANK_LIMIT:
+        raise ConfigError(
+            f"rank {rank} ({values['rank'][1]}) is too large: ranks must be below {RANK_LIMIT} "
+            "(2**15)"
+        )
+    if world_size is not None and rank is not None and rank >= world_size:
         raise ConfigError(
             f"rank {rank} ({values['rank'][1]}) is out of range for world size {world_size} "
             f"({values['world_size'][1]}): ranks are 0..{world_size - 1}"
@@ -405,7 +423,7 @@ def worker_config(
         raise ConfigError(
             f"{names_src} lists {len(names)} names but the world size is {world_size}"
         )
-    if values["name"][0] is None and names:
+    if values["name"][0] is None and names and rank is not None:
         values["name"] = (names[rank], names_src)
     name = _required(values, "name", "--name", "GRADWIRE_NAME")
     init_method = _init_method(values, rank, world_size)
@@ -413,7 +431,7 @@ def worker_config(
     token = resolve_token(values)
     listen = values["listen"][0]
     try:
-        where = plan(init_method, rank, world_size or 0, listen).listen
+        where = plan(init_method, -1 if rank is None else rank, world_size or 0, listen).listen
     except GradwireError as exc:
         raise ConfigError(str(exc)) from None
     host = where.rpartition(":")[0]

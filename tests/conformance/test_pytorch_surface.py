@@ -19,6 +19,7 @@ from torch_oracle import require_torch_python
 from . import surface_bodies as bodies
 
 
+@pytest.mark.slow  # a load run: 10,000 of them (pytest -m slow)
 def test_ten_thousand_contexts_with_plain_calls_leave_no_context_anywhere() -> None:
     results = run_cluster(3, bodies.contexts_released_everywhere, 10_000, timeout=240)
     assert results[0].value == [0, 0, 0]

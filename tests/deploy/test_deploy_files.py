@@ -159,6 +159,13 @@ def test_compose_elastic_profile_a_dynamic_group_and_a_scalable_trainer(
     assert job_args.epochs > 0 and job_args.epoch_seconds >= 0
     assert trainer["entrypoint"] == ["python", "-m", "gradwire.demo.member"]
     assert "ps" not in (trainer.get("depends_on") or {})  # not the fixed cluster's host
+    # a trainer's settings leave its rank to the group's host (assigned at join)
+    from gradwire.server.cli.worker_config import worker_config
+
+    env = {**envs["trainer"], "GRADWIRE_NAME": "trainer-c0ffee", "GRADWIRE_TOKEN": "t"}
+    cfg = worker_config(worker_parser().parse_args([]), env)
+    assert cfg.rank is None and cfg.world_size is None, cfg
+    assert cfg.init_method == "tcp://elastic:29500"
 
 
 # -- deploy/Dockerfile ---------------------------------------------------------------------------

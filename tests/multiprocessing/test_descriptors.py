@@ -11,6 +11,7 @@ import pytest
 SCENARIOS = str(Path(__file__).with_name("gwmp_scenarios.py"))
 
 
+@pytest.mark.slow  # a load run: 10,000 of them (pytest -m slow)
 @pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
 def test_ten_thousand_tensors_do_not_exhaust_descriptors(strategy, script_env):
     # The scenario lowers RLIMIT_NOFILE to 512 before anything opens (its sender child inherits

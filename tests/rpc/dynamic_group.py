@@ -77,7 +77,7 @@ def options(init_method: str, **overrides: Any) -> rpc.GrpcRpcBackendOptions:
 def _member(
     role: Callable[..., Any],
     name: str,
-    rank: int,
+    rank: int | None,
     init_method: str,
     out: Any,
     signals: dict[str, Any],
@@ -116,7 +116,7 @@ class Group:
         self._seen: dict[str, list[tuple[str, Any]]] = {}
 
     def start(
-        self, role: Callable[..., Any], name: str, rank: int, *args: Any, label: str = ""
+        self, role: Callable[..., Any], name: str, rank: int | None, *args: Any, label: str = ""
     ) -> None:
         """Start worker ``name`` with ``role``; it posts under ``label`` (default: its name)."""
         label = label or name
@@ -344,7 +344,9 @@ def joiner(
     return {"load": load, "log": log, "leave_seconds": leave_seconds}
 
 
-def clash(name: str, rank: int, init_method: str, post: Post, signals: dict[str, Any]) -> str:
+def clash(
+    name: str, rank: int | None, init_method: str, post: Post, signals: dict[str, Any]
+) -> str:
     """Join with a name or rank a member has: the error init_rpc raises."""
     try:
         rpc.init_rpc(name, rank, rpc_backend_options=options(init_method, init_timeout=10.0))
@@ -400,6 +402,23 @@ def late(name: str, rank: int, init_method: str, post: Post, signals: dict[str, 
     signals["stop"].wait(60)
     rpc.shutdown()
     return "ok"
+
+
+def assigned(
+    name: str, rank: int | None, init_method: str, post: Post, signals: dict[str, Any], leave: str
+) -> dict[str, Any]:
+    """Join with ``rank`` (None: the host assigns one), post the rank it has, serve until
+    ``signals[leave]``, leave; what it saw of the group."""
+    rpc.init_rpc(name, rank, rpc_backend_options=options(init_method))
+    me = rpc.get_worker_info()
+    post("joined", me.id)
+    with dist_autograd.context() as context_id:  # its id's top bits are the worker's id
+        context_worker = context_id >> 48
+    signals[leave].wait(60)
+    seen = {w.name: w.id for w in rpc.get_worker_infos()}
+    answer = rpc.rpc_sync("host", whoami)
+    rpc.shutdown()
+    return {"id": me.id, "context_worker": context_worker, "seen": seen, "answer": answer}
 
 
 def nap(seconds: float) -> str:

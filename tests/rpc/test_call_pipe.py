@@ -122,6 +122,12 @@ def test_a_malformed_batch_ends_that_stream_only(solo: None) -> None:
     assert out.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "truncated batch" in (out.details() or "")
     assert rpc.rpc_async("solo", operator.add, (1, 2)).wait() == 3
+    # A whole batch whose frame's header is not a FrameHeader: refused the same way.
+    garbage = pack_batch([b"\x04\x00\x00\x00\xff\xff\xff\xff"])
+    out = _raw_pipe(agent, agent.transport.metadata, [garbage])
+    assert isinstance(out, grpc.RpcError)
+    assert out.code() == grpc.StatusCode.INVALID_ARGUMENT, out.details()
+    assert rpc.rpc_async("solo", operator.add, (1, 2)).wait() == 3
 
 
 def test_a_pipe_without_the_token_is_refused(solo: None) -> None:

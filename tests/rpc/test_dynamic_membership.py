@@ -91,12 +91,15 @@ def test_a_name_or_rank_in_use_is_refused_naming_its_member(group: dg.Group) -> 
     group.start(dg.clash, "host", 3, label="host-again")
     group.start(dg.clash, "m2", 1)
     group.start(dg.fixed_joiner, "f", 1)
+    group.start(dg.clash, "m1", None, label="m1-no-rank")
     name_clash = group.expect("host-again", "done")
     assert name_clash.startswith("RpcInitError"), name_clash
     assert "'host' is not unique" in name_clash and "(rank 0)" in name_clash, name_clash
     rank_clash = group.expect("m2", "done")
     assert rank_clash.startswith("RpcInitError"), rank_clash
     assert "rank 1 is taken: worker 'm1'" in rank_clash, rank_clash
+    no_rank = group.expect("m1-no-rank", "done")
+    assert "'m1' is not unique" in no_rank and "(rank 1)" in no_rank, no_rank
     fixed = group.expect("f", "done")
     assert "expects world_size 2" in fixed and "dynamic group" in fixed, fixed
     group.signals["stop"].set()
@@ -159,12 +162,12 @@ def test_cli_workers_join_without_a_world_size_and_inspect_watch_shows_it(
         agent = _agent.current()
         assert _until(lambda: agent.control_events.listening, 30), "inspect did not subscribe"
         seeds = ("--master-addr", "127.0.0.1", "--master-port", str(port))
-        polite = _gradwire("worker", "--name", "cli-a", "--rank", "5", *seeds)
+        polite = _gradwire("worker", "--name", "cli-a", *seeds)  # the host assigns its rank
         rude = _gradwire("worker", "--name", "cli-b", "--rank", "6", *seeds)
         workers += [polite, rude]
         names = lambda: {w.name for w in rpc.get_worker_infos()}  # noqa: E731
         assert _until(lambda: {"cli-a", "cli-b"} <= names(), 30), names()
-        assert rpc.get_worker_info("cli-a").id == 5
+        assert rpc.get_worker_info("cli-a").id == 1  # the lowest free one
         view = rpc.api._get_current_rpc_agent().get_worker_infos()
         assert sorted(w.name for w in view) == ["cli-a", "cli-b", "host"]
         assert rpc.rpc_sync("cli-b", operator.add, (1, 2)) == 3
@@ -211,6 +214,11 @@ def test_worker_settings_without_a_world_size_mean_a_dynamic_group() -> None:
         cfg(["--rank", "1", "--names", "a,b", "--master-addr", "h"])
     fixed = cfg(["--name", "a", "--rank", "1", "--world-size", "2", "--master-addr", "h"])
     assert fixed.world_size == 2
+    assert cfg(["--name", "t", "--master-addr", "h", "--token", "t"]).rank is None  # assigned
+    with pytest.raises(ConfigError, match="missing --rank .*needs its rank"):
+        cfg(["--name", "a", "--world-size", "2", "--master-addr", "h"])
+    with pytest.raises(ConfigError, match="rank 32768 .* is too large"):
+        cfg(["--name", "a", "--rank", "32768", "--master-addr", "h", "--token", "t"])
 
 
 def test_the_same_join_and_leave_on_pytorch_and_gradwire() -> None:
@@ -266,3 +274,109 @@ def test_a_call_still_running_when_its_worker_leaves_fails_as_departed(group: dg
     # Not at its 30 s timeout: once the departed worker's connection closed.
     assert got["outcome"].startswith("WorkerDepartedError"), got
     assert "'busy' has departed" in got["outcome"] and got["elapsed"] < 20, got
+
+
+def test_the_host_assigns_the_lowest_free_rank_to_a_worker_without_one(group: dg.Group) -> None:
+    group.start(dg.late, "host", 0)
+    group.expect("host", "joined")
+    group.start(dg.assigned, "m1", 1, "leave")
+    assert group.expect("m1", "joined") == 1
+    group.start(dg.assigned, "a", None, "stop")
+    assert group.expect("a", "joined") == 2  # 0 and 1 are taken
+    group.start(dg.assigned, "m5", 5, "stop")
+    assert group.expect("m5", "joined") == 5
+    group.start(dg.assigned, "b", None, "stop")
+    assert group.expect("b", "joined") == 3
+    group.signals["leave"].set()  # m1 leaves: rank 1 is free again
+    assert group.expect("m1", "done")["id"] == 1
+    group.start(dg.assigned, "c", None, "stop")
+    assert group.expect("c", "joined") == 1
+    group.signals["stop"].set()
+    for name, rank in (("a", 2), ("b", 3), ("c", 1)):
+        got = group.expect(name, "done")
+        # Its dist-autograd ids carry the assigned rank; the others know it by it.
+        assert got["id"] == rank and got["context_worker"] == rank, got
+        assert got["seen"][name] == rank and got["answer"] == "host", got
+    seen = group.expect("m5", "done")["seen"]
+    assert seen["a"] == 2 and seen["b"] == 3 and seen["c"] == 1, seen
+    assert group.expect("host", "done") == "ok"
+
+
+def test_a_rank_is_required_with_a_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(
+        errors.RpcInitError, match="^rank parameter missing: .*needs a rank .* with a world size"
+    ) as info:
+        rpc.init_rpc("w", None, 2)
+    assert "leave out world_size" in str(info.value)  # what to do instead
+    assert _agent.current_or_none() is None or _agent.current_or_none().state.name == "SHUTDOWN"
+
+
+def test_a_rank_must_fit_a_worker_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(errors.RpcInitError, match="rank 32768, which is too large.*below 32768"):
+        rpc.init_rpc("w", 2**15)  # a dynamic group
+    with pytest.raises(errors.RpcInitError, match="world_size 32769 is too large"):
+        rpc.init_rpc("w", 5, 2**15 + 1)
+
+
+def _forged_join(port: int, rank: int, world_size: int) -> str:
+    """Join rank 0 at ``port`` with ``rank`` (which init_rpc would refuse); the refusal."""
+    import grpc
+    from gradwire._proto import worker_pb2 as pb
+    from gradwire._runtime.transport.transport import Transport
+
+    transport = Transport(dg.options(f"tcp://127.0.0.1:{port}", token=dg.TOKEN), rank)
+    me = pb.WorkerInfo(name="forger", id=rank, address="127.0.0.1:1", host_id="elsewhere")
+    try:
+        transport.control(
+            f"127.0.0.1:{port}",
+            "Join",
+            pb.JoinRequest(worker=me, world_size=world_size),
+            pb.JoinReply,
+            20.0,
+            wait_for_ready=True,
+        )
+    except grpc.RpcError as exc:
+        return str(exc.details())
+    finally:
+        transport.close()
+    return "joined"
+
+
+def test_the_host_refuses_a_rank_that_does_not_fit_a_worker_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    port = free_port()
+    rpc.init_rpc(
+        "host", 0, rpc_backend_options=dg.options(f"tcp://127.0.0.1:{port}", token=dg.TOKEN)
+    )
+    try:
+        refused = _forged_join(port, 2**15, 0)
+        assert "'forger' has rank 32768, which is too large" in refused, refused
+        assert [w.name for w in rpc.get_worker_infos()] == ["host"]
+    finally:
+        rpc.shutdown()
+    # A fixed group's rendezvous refuses it too (and fails, as for any bad rank).
+    port = free_port()
+    failed: list[BaseException] = []
+
+    def host() -> None:
+        opts = dg.options(f"tcp://127.0.0.1:{port}", token=dg.TOKEN, init_timeout=20.0)
+        try:
+            rpc.init_rpc("host", 0, 2, opts)
+        except errors.RpcInitError as exc:
+            failed.append(exc)
+
+    t = threading.Thread(target=host)
+    t.start()
+    refused = _forged_join(port, 2**15, 2)
+    t.join(30)
+    assert "has rank 32768, which is too large" in refused, refused
+    assert failed and "too large" in str(failed[0]), failed

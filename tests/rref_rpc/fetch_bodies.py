@@ -10,7 +10,7 @@ import gradwire as gw
 from gradwire.distributed import rpc
 
 #: How long the blocker holds worker1's only serving thread.
-BLOCK_SECONDS = 6.0
+BLOCK_SECONDS = 3.0
 
 
 def ones(n: int) -> Any:

@@ -5,7 +5,8 @@ Rank 0 hosts the group, as it hosts the rendezvous of a fixed one. It admits one
 leave at a time (an asyncio lock on its I/O loop), so every member sees the same order:
 
 - join: the host checks that the joiner's name and rank are free (a clash is an RpcInitError
-  naming the member that has them) and its device maps, tells every other member
+  naming the member that has them; a joiner without a rank, ``init_rpc(rank=None)``, is given
+  the lowest rank no member has) and its device maps, tells every other member
   (``Members`` "joined") and waits for their answers, records it itself, and only then
   answers the joiner's Join with the members. So when ``init_rpc`` returns, everyone can
   call the new worker, and the new worker can call everyone;
@@ -39,7 +40,7 @@ from . import device_maps
 from .context import WorkerContext
 from .device_maps import DeviceMaps
 from .events import ClusterEvents, ControlEvents
-from .workers import Peer, validate_name
+from .workers import Peer, validate_name, validate_rank
 
 __all__ = ["Membership", "peer_from", "HOST_RANK"]
 
@@ -165,8 +166,7 @@ class Membership:
             raise RpcInitError(
                 f"the group's host {self._ctx.name!r} is leaving; {worker.name!r} cannot join"
             )
-        if worker.id < 0:
-            raise RpcInitError(f"worker {worker.name!r} has rank {worker.id}, which is negative")
+        validate_rank(worker.id, f"worker {worker.name!r}")
         with self._lock:
             by_rank = self.infos.get(worker.id)
             by_name = next((o for o in self.infos.values() if o.name == worker.name), None)
@@ -185,23 +185,49 @@ class Membership:
             )
         return False
 
-    async def serve_join(self, worker: pb.WorkerInfo) -> list[pb.WorkerInfo]:
-        """Admit ``worker``: every member is told before this returns the members.
+    async def serve_join(
+        self, worker: pb.WorkerInfo, assign_rank: bool = False
+    ) -> tuple[list[pb.WorkerInfo], int]:
+        """Admit ``worker``: every member is told before this returns the members and its rank.
+
+        Args:
+            worker: the joiner's record.
+            assign_rank: it has no rank: give it the lowest one no member has (``worker.id``
+                is ignored).
 
         Raises:
-            RpcInitError: its name or rank is taken, its device maps are invalid, or the host
-                is leaving.
+            RpcInitError: its name or rank is taken, its device maps are invalid, no rank
+                below 2**15 is free, or the host is leaving.
         """
         async with self._admission():
+            if assign_rank:
+                worker = self._with_free_rank(worker)
             if self._check_free(worker):
-                return self.members()
+                return self.members(), worker.id
             problems = device_maps.validate([*self.members(), worker], dynamic=True)
             if problems:
                 raise RpcInitError("invalid device maps: " + "; ".join(problems) + " (docs/gpu.md)")
             others = [p for p in self._ctx.peers if p.id not in (self._ctx.rank, worker.id)]
             await self._announce("joined", worker, others)
             self.joined(worker)
-            return self.members()
+            return self.members(), worker.id
+
+    def _with_free_rank(self, worker: pb.WorkerInfo) -> pb.WorkerInfo:
+        """``worker`` with the lowest rank no member has (the rank it has if this Join is a
+        repeat of one admitted already)."""
+        with self._lock:
+            taken = set(self.infos)
+            for member in self.infos.values():
+                same = pb.WorkerInfo()
+                same.CopyFrom(worker)
+                same.id = member.id
+                if member == same:  # a repeated Join: the same rank again
+                    return same
+        rank = next(r for r in range(len(taken) + 1) if r not in taken)
+        assigned = pb.WorkerInfo()
+        assigned.CopyFrom(worker)
+        assigned.id = rank
+        return assigned
 
     async def serve_leave(self, worker: pb.WorkerInfo) -> list[pb.WorkerInfo]:
         """``worker`` leaves: no later joiner hears of it, every member is told."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..._proto import worker_pb2 as pb
 from ...errors import RpcInitError
 from . import device_maps
+from .workers import validate_rank
 
 __all__ = [
     "Plan",
@@ -206,6 +207,10 @@ class RendezvousHost:
             raise self._fail(
                 f"worker {worker.name!r} expects world_size {world_size}, rank 0 has {self.world_size}"
             )
+        try:
+            validate_rank(worker.id, f"worker {worker.name!r}")
+        except RpcInitError as exc:
+            raise self._fail(str(exc)) from None
         if not 0 <= worker.id < self.world_size:
             raise self._fail(f"worker {worker.name!r} has rank {worker.id}, out of range")
         old = self.members.get(worker.id)

@@ -10,9 +10,20 @@ from typing import Any
 
 from ...errors import RpcInitError, UnknownWorkerError
 
-__all__ = ["WorkerInfo", "Peer", "validate_name", "host_id", "resolve_destination"]
+__all__ = [
+    "WorkerInfo",
+    "Peer",
+    "validate_name",
+    "validate_rank",
+    "RANK_LIMIT",
+    "host_id",
+    "resolve_destination",
+]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_:\-]{1,127}$")
+
+#: Ranks are below 2**15: dist autograd ids are (worker id << 48) + counter in a signed int64.
+RANK_LIMIT = 1 << 15
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,21 @@ class Peer:
     @property
     def info(self) -> WorkerInfo:
         return WorkerInfo(self.name, self.id)
+
+
+def validate_rank(rank: int, who: str) -> None:
+    """Check that ``who``'s rank fits a worker id (0 <= rank < 2**15).
+
+    Raises:
+        RpcInitError: the rank is negative or too large (the message says what to do).
+    """
+    if rank < 0:
+        raise RpcInitError(f"{who} has rank {rank}; a rank must be >= 0")
+    if rank >= RANK_LIMIT:
+        raise RpcInitError(
+            f"{who} has rank {rank}, which is too large: ranks must be below {RANK_LIMIT} "
+            "(2**15; a worker id is the top bits of a 64-bit dist autograd id)"
+        )
 
 
 def validate_name(name: Any) -> str:

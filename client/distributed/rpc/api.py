@@ -10,7 +10,7 @@ from typing import Any
 
 from ..._runtime import agent as _agent
 from ..._runtime.cluster.options import UNSET_RPC_TIMEOUT, BackendType, GrpcRpcBackendOptions
-from ..._runtime.cluster.workers import WorkerInfo, validate_name
+from ..._runtime.cluster.workers import RANK_LIMIT, WorkerInfo, validate_name, validate_rank
 from ...errors import ArgumentError, RpcInitError
 from ...futures import Future
 from . import _torch_private
@@ -87,7 +87,9 @@ def init_rpc(
     Args:
         name: unique worker name, [A-Za-z0-9_:-], 1 to 127 characters.
         rank: this worker's id in [0, world_size) (default ``$RANK``); in a dynamic group any
-            rank >= 0 no member has.
+            rank in [0, 2**15) no member has, or None (and no ``$RANK``): the group's host
+            assigns the lowest free rank at join (``get_worker_info().id``). A gradwire
+            extension: PyTorch requires a rank. The host itself is rank 0.
         world_size: number of workers (default ``$WORLD_SIZE``; neither: a dynamic group).
         rpc_backend_options: a GrpcRpcBackendOptions (init method, timeouts, security).
         backend: accepted for PyTorch compatibility; gRPC is the only backend.
@@ -95,22 +97,37 @@ def init_rpc(
     Raises:
         RpcInitError: invalid name, rank or world size, already initialized, or the rendezvous
             failed (duplicate name or rank, world size mismatch, timeout); in a dynamic
-            group, a name or rank a member has (the message names that member).
+            group, a name or rank a member has (the message names that member); a rank
+            of 2**15 or more; no rank with a world size.
         TypeError: ``backend`` is not a BackendType, or the options are not backend options.
 
     Example:
         >>> rpc.init_rpc("trainer0", rank=0, world_size=2)
     """
     validate_name(name)
-    rank = _int_arg(rank, "RANK", "rank")
-    if world_size is None and os.environ.get("WORLD_SIZE") is None:
-        world_size = 0  # a dynamic group
-        if rank < 0:
-            raise RpcInitError(f"rank must be >= 0, got {rank}")
+    dynamic = world_size is None and os.environ.get("WORLD_SIZE") is None
+    if rank is None and os.environ.get("RANK") is None and not dynamic:
+        raise RpcInitError(
+            "rank parameter missing: init_rpc needs a rank (argument or $RANK) with a world "
+            "size: give each worker its rank in [0, world_size), or leave out world_size too "
+            "to join a dynamic group, whose host assigns a rank"
+        )
+    if rank is not None or os.environ.get("RANK") is not None:
+        rank = _int_arg(rank, "RANK", "rank")
+    if dynamic:
+        world_size = 0  # a dynamic group; rank None: the host assigns one at join
+        if rank is not None:
+            validate_rank(rank, f"worker {name!r}")
     else:
+        assert rank is not None
         world_size = _int_arg(world_size, "WORLD_SIZE", "world_size")
         if world_size < 1:
             raise RpcInitError(f"world_size must be at least 1, got {world_size}")
+        if world_size > RANK_LIMIT:
+            raise RpcInitError(
+                f"world_size {world_size} is too large: ranks must be below {RANK_LIMIT} "
+                "(2**15; a worker id is the top bits of a 64-bit dist autograd id)"
+            )
         if not 0 <= rank < world_size:
             raise RpcInitError(f"rank {rank} is out of range for world_size {world_size}")
     if backend is not None and not isinstance(backend, BackendType):
