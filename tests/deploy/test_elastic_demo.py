@@ -83,7 +83,7 @@ def test_trainers_that_join_mid_job_take_part_from_the_next_epoch() -> None:
     )
     job = ["gradwire.demo.elastic:job", "--epochs", "14", "--min-trainers", "2"]
     host = Lines(
-        [PY, "-m", "gradwire.cli", "run", *job, "--epoch-seconds", "0.8"],
+        [PY, "-m", "gradwire.cli", "run", *job, "--epoch-seconds", "0.5"],
         worker_env(GRADWIRE_NAME="ps", GRADWIRE_RANK="0", **common),
     )
 

@@ -228,14 +228,14 @@ def test_a_worker_serving_until_the_job_ends_reports_serving_meanwhile() -> None
     driver = start(
         "run",
         rounds,
-        "400",
+        "280",
         "0.05",
         env=_cluster_env(port, 2, GRADWIRE_NAME="driver", GRADWIRE_RANK="1"),
     )
     try:
         env = _cluster_env(port, 2)
         _wait_live(port, env)
-        time.sleep(4)  # the cluster joined and the 20 s job runs
+        time.sleep(4)  # the cluster joined and the 14 s job runs
         statuses = []
         for _ in range(4):  # well inside the job: every check sees SERVING
             statuses.append(run("health", f"127.0.0.1:{port}", env=env).out.strip())

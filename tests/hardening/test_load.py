@@ -53,6 +53,7 @@ def _load(total: int, timeout: float) -> list[dict[str, Any]]:
     return figures
 
 
+@pytest.mark.slow  # a soak/load run: with the others, pytest -m slow
 def test_load_short() -> None:
     _load(
         int(os.environ.get("GRADWIRE_LOAD_CALLS", "2048")),

@@ -46,6 +46,7 @@ def _soak(seconds: float) -> None:
         assert end["rss_kib"] - base["rss_kib"] < RSS_SLACK_KIB, (rank, base, end)
 
 
+@pytest.mark.slow  # a soak/load run: with the others, pytest -m slow
 def test_soak_short() -> None:
     _soak(float(os.environ.get("GRADWIRE_SOAK_SECONDS", "5")))
 

@@ -391,6 +391,7 @@ def deaf_member(
     before = sorted(p.name for p in agent.peers)
     info = rpc.get_worker_info("late")
     answer = rpc.rpc_sync("late", whoami)
+    post("found", None)  # "late" may leave now
     signals["stop"].wait(60)
     rpc.shutdown()
     return {"before": before, "info": (info.name, info.id), "answer": answer}

@@ -115,6 +115,7 @@ def test_a_member_that_missed_the_announcement_asks_the_host(group: dg.Group) ->
     group.start(dg.late, "late", 9)
     group.expect("late", "joined")
     group.signals["load"].set()
+    group.expect("deaf", "found")  # before "late" leaves
     group.signals["stop"].set()
     got = group.expect("deaf", "done")
     assert got["before"] == ["deaf", "host"], got  # it did not hear of "late"...
