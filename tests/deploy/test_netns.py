@@ -37,6 +37,7 @@ def leftovers(out: str) -> list[str]:
     return [line for line in listed.splitlines() if line.startswith(prefix.group(1))]
 
 
+@pytest.mark.slow  # a long fault run (~25 s): a cluster across namespaces, a cut link
 def test_job_across_namespaces_and_a_cut_link_reported_within_the_timeout() -> None:
     p = run_script("--workers", "3", "--rpc-timeout", "3")
     assert p.returncode == 0, p.stdout + p.stderr

@@ -64,7 +64,9 @@ def test_partition_and_heal(mode: str) -> None:
     # had given up: the run is not a retry).
     tags = r["tags"]
     assert len(tags) == len(set(tags)), tags
-    assert tags[0] == "before" and tags[-1].startswith("after-"), tags
+    # A call held in a black hole on rpc_async's call pipe is delivered when the link heals,
+    # possibly after the first call made once healed: order is not promised, once-only is.
+    assert tags[0] == "before" and any(t.startswith("after-") for t in tags), tags
     if mode == "reset":
         assert tags == ["before", tags[-1]], tags
     # The control message (ReleaseContext) went through once healed: retried, not lost.
