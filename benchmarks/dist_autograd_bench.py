@@ -21,11 +21,10 @@ import os
 import secrets
 import socket
 import statistics
-import subprocess
-import sys
 from typing import Any
 
 from timing import median_seconds
+from torch_env import run_where_torch_is
 
 
 def _free_port() -> int:
@@ -124,28 +123,8 @@ def _run_pair(target: Any, args: tuple[Any, ...]) -> float:
     return float(value)
 
 
-def _torch_reexec() -> None:
-    """Where torch does not import but $GRADWIRE_TORCH_PYTHON (with torch and gradwire) does,
-    run this benchmark in that interpreter (as rpc_bench.py does)."""
-    try:
-        import torch.distributed.rpc  # noqa: F401
-
-        return
-    except ImportError:
-        pass
-    other = os.environ.get("GRADWIRE_TORCH_PYTHON")
-    if not other or os.path.abspath(other) == os.path.abspath(sys.executable):
-        return
-    probe = subprocess.run(
-        [other, "-c", "import torch.distributed.rpc, gradwire"], capture_output=True
-    )
-    if probe.returncode == 0:
-        print(f"running in {other} (it has torch)", file=sys.stderr, flush=True)
-        os.execv(other, [other, *sys.argv])
-
-
 def main() -> None:
-    _torch_reexec()
+    run_where_torch_is()
     # One BLAS thread per process for gradwire's NumPy, as torch.set_num_threads(1) for torch;
     # set before NumPy is imported here or in the spawned workers (they inherit it).
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):

@@ -37,7 +37,6 @@ import queue
 import secrets
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -49,6 +48,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402 - after the BLAS thread settings
 from timing import median_seconds  # noqa: E402
+from torch_env import have_torch, run_where_torch_is  # noqa: E402
 
 _ECHO = "/bench.Echo/Echo"
 _STREAM = "/bench.Echo/Stream"
@@ -308,35 +308,6 @@ def _raw_driver_proc(port: int, conn: Any) -> None:
 # -- the orchestrator -------------------------------------------------------------------------
 
 
-def _torch_reexec() -> None:
-    """Where torch does not import but $GRADWIRE_TORCH_PYTHON (with torch and gradwire) does,
-    run this whole benchmark in that interpreter, so both sides share one environment."""
-    try:
-        import torch.distributed.rpc  # noqa: F401
-
-        return
-    except ImportError:
-        pass
-    other = os.environ.get("GRADWIRE_TORCH_PYTHON")
-    if not other or os.path.abspath(other) == os.path.abspath(sys.executable):
-        return
-    probe = subprocess.run(
-        [other, "-c", "import torch.distributed.rpc, gradwire"], capture_output=True
-    )
-    if probe.returncode == 0:
-        print(f"running in {other} (it has torch)", file=sys.stderr, flush=True)
-        os.execv(other, [other, *sys.argv])
-
-
-def _have_torch() -> bool:
-    try:
-        import torch.distributed.rpc  # noqa: F401
-
-        return True
-    except ImportError:
-        return False
-
-
 class Contestant:
     """A driver (measuring, over a Pipe) and its peer process or processes."""
 
@@ -445,8 +416,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown contestants {sorted(unknown)}; choose from {', '.join(ALL)}")
     if any(c.startswith("torch") for c in wanted):
-        _torch_reexec()
-    if not _have_torch():
+        run_where_torch_is()
+    if not have_torch():
         print("torch: not importable here nor in $GRADWIRE_TORCH_PYTHON; its columns are skipped")
         wanted = [c for c in wanted if not c.startswith("torch")]
     ctx = mp.get_context("spawn")
