@@ -7,8 +7,11 @@ import sys
 
 
 def test_gradwire_demo_trains_to_the_target_and_prints_statistics():
+    # The README's main job on its defaults (12 epochs, every trainer must reach 0.9). Shorter
+    # runs are not a fair check: two trainers update the shared layers asynchronously, and after
+    # 6 epochs the accuracy still varies from run to run (0.79 to 0.95 measured).
     out = subprocess.run(
-        [sys.executable, "-m", "gradwire.cli", "demo", "--epochs", "6", "--target", "0.85"],
+        [sys.executable, "-m", "gradwire.cli", "demo"],
         capture_output=True,
         text=True,
         timeout=240,
@@ -18,7 +21,7 @@ def test_gradwire_demo_trains_to_the_target_and_prints_statistics():
     accuracies = [
         float(l.split("test accuracy ")[1].split()[0]) for l in lines if "test accuracy" in l
     ]
-    assert len(accuracies) == 2 and min(accuracies) >= 0.85
+    assert len(accuracies) == 2 and min(accuracies) >= 0.9
     assert any(l.startswith("ps served") and "RRefs" in l for l in lines)
     assert "epochs" in out.stderr  # the progress bar (tqdm writes to stderr)
 
