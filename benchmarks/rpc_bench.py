@@ -121,11 +121,14 @@ def _rate(start: Callable[[], Any], finish: Callable[[Any], Any], total: int) ->
 
 
 def _median_time(fn: Callable[[], Any], repeat: int) -> float:
-    return median_seconds(fn, repeat, warmup=1)  # one warm-up: allocations, windows, mappings
+    # warm-ups: allocations, flow-control windows, shared-memory mappings
+    return median_seconds(fn, repeat, warmup=max(1, repeat // 5))
 
 
 def _repeat_for(mib: int) -> int:
-    return 5 if mib <= 16 else 3
+    # about 0.1-0.5 s of samples per cell and round: five samples of a 2 ms call let one
+    # collection or scheduler hiccup move the median
+    return 40 if mib <= 2 else 10 if mib <= 16 else 3
 
 
 # -- the contestants' drivers and peers ------------------------------------------------------
@@ -405,7 +408,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=300, help="noop calls per round")
     parser.add_argument("--async-calls", type=int, default=2000, help="rpc_async calls per round")
-    parser.add_argument("--iters", type=int, default=10, help="autograd iterations per round")
+    parser.add_argument("--iters", type=int, default=20, help="autograd iterations per round")
     parser.add_argument("--sizes", default="1,16,128", help="tensor sizes in MiB")
     parser.add_argument("--contestants", default=",".join(ALL))
     parser.add_argument("--json", help="also write the figures to this file")

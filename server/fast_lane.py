@@ -43,7 +43,14 @@ from gradwire.errors import (
 from gradwire.futures import Future, blocking_region
 
 from .interceptors import not_ready_message, token_refusal
-from .servicer import Undecodable, caller_from_metadata, failed_reply, lenient, status_for
+from .servicer import (
+    Undecodable,
+    caller_from_metadata,
+    failed_reply,
+    fetch_answer,
+    lenient,
+    status_for,
+)
 
 __all__ = ["start_fast_lane", "FAST_LANE_METHODS"]
 
@@ -111,6 +118,8 @@ class _Lane:
             yield self._call(frame, caller, context)
 
     def _call(self, frame: Frame, caller: int, context: grpc.ServicerContext) -> Frame:
+        if frame.header.HasField("fetch_request"):  # to_here() on a call stream
+            return self._fetch(frame.header.fetch_request, caller, context)
         callee = self._agent.callee
         try:
             callee.admit(caller, fast_lane=True)
@@ -127,6 +136,25 @@ class _Lane:
                 reply.add_done_callback(lambda f: callee.leave(caller, failed_reply(f.value())))
             else:
                 callee.leave(caller, reply is None or failed_reply(reply))
+
+    def _fetch(self, request: pb.FetchRequest, caller: int, context: grpc.ServicerContext) -> Frame:
+        """A Fetch's answer, as the asyncio server gives it: made here when the value is set
+        and plain (``RRefFetch.serve_now``), else by the FetchRRef handler; a value not set yet
+        (or too large for one frame) is parked, so no thread waits for it here."""
+        agent = self._agent
+        try:
+            if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
+                raise WorkerUnavailableError(f"worker {agent.name!r} is not running")
+            try:
+                reply = agent.rref.fetch.serve_now(request, caller)
+            except Exception:  # noqa: BLE001 - the handler answers, and reports it
+                reply = None
+            if reply is None:
+                reply = agent.control_handlers["FetchRRef"](request, caller)
+            return fetch_answer(agent, request, reply, caller)
+        except Exception as exc:  # noqa: BLE001 - becomes the call's status
+            _abort(context, exc)
+            raise  # pragma: no cover - abort raises
 
     def gradients(self, request: Any, context: grpc.ServicerContext) -> pb.GradientsAck:
         frame, caller = self._frame(request, context)

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
-from gradwire._runtime.calls.callee import until_done
+from gradwire._runtime.calls.callee import Reply, until_done
 from gradwire._runtime.rref.errors import RRefProtocolError
 from gradwire._runtime.transport.transport import SERVICE
 from gradwire._wire.framing import (
@@ -136,6 +136,8 @@ class WorkerServicer:
     # -- user calls ----------------------------------------------------------------------------
 
     async def Call(self, frame: Frame, context: grpc.aio.ServicerContext) -> Frame:  # noqa: N802
+        if frame.header.HasField("fetch_request"):  # to_here() on a call stream
+            return await self.fetch_one(frame.header.fetch_request, context)
         callee = self._agent.callee
         caller = _caller_id(context, self._agent.is_member)
         try:
@@ -216,6 +218,8 @@ class WorkerServicer:
         """The reply frame of one call frame of a pipe (an error reply for a refusal)."""
         callee = self._agent.callee
         call = frame.header.call
+        if call.kind == pb.CALL_KIND_REMOTE:
+            return await self._pipe_remote(frame, caller)
         try:
             callee.admit(caller)
         except GradwireError as exc:
@@ -233,6 +237,25 @@ class WorkerServicer:
             return one_frame(*reply)
         finally:
             callee.leave(caller, reply is None or failed_reply(reply))
+
+    async def _pipe_remote(self, frame: Frame, caller: int) -> Frame:
+        """A remote() on the pipe: served as ``Remote`` serves it (the RemoteCall handler, a
+        control message: no admission), its RemoteAck sent in the reply frame; what ``Remote``
+        would end with as its status is the reply's error instead."""
+        call = frame.header.call
+        try:
+            self._check_alive()
+            asm = self._assembler(caller)
+            if not asm.feed(frame):
+                raise SerializationError("single-frame RemoteCall without its last frame")
+            handler = self._agent.control_handlers["RemoteCall"]
+            ack = await self._on_pool(handler, asm.message, caller)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it as the call's error
+            return one_frame(*self._agent.callee.encode_error(call, exc))
+        reply = pb.ReplyHeader(message_id=call.message_id, remote_ack=ack)
+        return Frame(pb.FrameHeader(reply=reply, payload=pb.Payload(), last=True), ())
 
     async def PythonCall(  # noqa: N802
         self, frames: AsyncIterator[Frame], context: grpc.aio.ServicerContext
@@ -390,15 +413,8 @@ class WorkerServicer:
 
     async def fetch_one(self, request: Any, context: grpc.aio.ServicerContext) -> Frame:
         """Serve Fetch: the FetchRRef answer in one frame, or parked behind a continuation."""
-        first, buffers = await self._fetch(request, context)
-        size = sum(memoryview(b).nbytes for b in buffers)
-        if size <= self._agent.options.single_frame_bytes:
-            return one_frame(first, buffers)
-        parked = self._agent.callee.park(
-            (first, buffers), _caller_id(context, self._agent.is_member), None
-        )
-        head = pb.FetchHeader(rref_id=first.fetch.rref_id, continuation=parked.reply.continuation)
-        return Frame(pb.FrameHeader(fetch=head, payload=pb.Payload(), last=True), ())
+        reply = await self._fetch(request, context)
+        return fetch_answer(self._agent, request, reply, _caller_id(context, self._agent.is_member))
 
     async def fetch_rref(
         self, request: Any, context: grpc.aio.ServicerContext
@@ -418,6 +434,24 @@ DEBUG_COUNTERS = (
     "num_forks",
     "num_autograd_contexts",
 )
+
+
+def fetch_answer(
+    agent: Any, request: pb.FetchRequest, reply: Reply | Future[Reply], caller: int
+) -> Frame:
+    """The one frame that answers a Fetch (on either server, and for a ``fetch_request`` frame
+    on ``Call``/``CallStream``): the value itself, or a continuation the caller streams with
+    FetchReply when the value is larger than one frame or still to come (a Future, awaited there
+    without a thread)."""
+    if isinstance(reply, Future) and reply.done():
+        reply = reply.value()
+    if not isinstance(reply, Future):
+        first, buffers = reply
+        if sum(memoryview(b).nbytes for b in buffers) <= agent.options.single_frame_bytes:
+            return one_frame(first, buffers)
+    parked = agent.callee.park(reply, caller, None, message_id=0)
+    head = pb.FetchHeader(rref_id=request.rref_id, continuation=parked.reply.continuation)
+    return Frame(pb.FrameHeader(fetch=head, payload=pb.Payload(), last=True), ())
 
 
 def _extra_value(value: Any) -> str:

@@ -243,8 +243,15 @@ def _mutate_header(rng: random.Random, first: pb.FrameHeader, buffers: list) -> 
         first.call.autograd.message_id.CopyFrom(_gid(rng))
     elif what == "oneof":
         first.ClearField("call")
-        if rng.random() < 0.5:
+        roll = rng.random()
+        if roll < 0.35:
             first.fetch.rref_id.CopyFrom(_gid(rng))
+        elif roll < 0.7:  # to_here() on Call/CallStream: an RRef this worker may not own
+            first.fetch_request.rref_id.CopyFrom(_gid(rng))
+            first.fetch_request.caller_id = _hint(rng)
+            if rng.random() < 0.3:
+                first.fetch_request.autograd.context_id = _hint(rng)
+            return "fetch_request"
     elif what == "tensors+":
         for _ in range(rng.randint(1, 2000)):
             p.tensors.add(dtype="float64", shape=[1 << 20], nbytes=8 << 20)

@@ -50,3 +50,58 @@ def fetch_paths(rank: int, world_size: int) -> dict[str, Any]:
     out["listed"], out["listed_seconds"] = _timed(listed)
     out["blocker"] = blocker.wait()
     return out
+
+
+def _answer(frame: Any) -> dict[str, Any]:
+    """What a Fetch answer says: its FetchHeader (rref id, continuation, error) and raw bytes."""
+    head = frame.header.fetch
+    return {
+        "rref": (head.rref_id.created_on, head.rref_id.local_id),
+        "continuation": bool(head.continuation),
+        "error": head.error.type_name,
+        "raw": b"".join(bytes(memoryview(b)) for b in frame.raw),
+    }
+
+
+def fetch_frames(rank: int, world_size: int) -> dict[str, Any]:
+    """A ``fetch_request`` frame on ``Call``/``CallStream`` of either server of the owner gets
+    exactly the frame ``Fetch`` returns; remote() rides the call pipe (no rpc_async made)."""
+    if rank != 0:
+        return {}
+    from gradwire._proto import worker_pb2 as pb
+    from gradwire._runtime.agent import current
+    from gradwire._runtime.rref.fetch import fetch_frame
+    from gradwire._runtime.rref.wire import to_gid
+
+    agent = current()
+    transport, peer = agent.transport, agent.ctx.peers[1]
+    out: dict[str, Any] = {}
+    ready = rpc.remote("worker1", ones, (1 << 10,))
+    ready.to_here(timeout=30)
+    out["pipes_after_remote"] = sum(
+        1 for s in transport._stubs.values() if s.pipe is not None and s.pipe.alive
+    )
+
+    def request(rref: Any) -> Any:
+        return pb.FetchRequest(rref_id=to_gid(rref._handle.rref_id), caller_id=rank)
+
+    answers = {
+        "unary Fetch": transport.fetch(peer.dial, request(ready), 30),
+        "asyncio server": transport.call(peer.dial, fetch_frame(request(ready)), 30),
+        "fast lane": transport.call(peer.call_dial, fetch_frame(request(ready)), 30),
+    }
+    out["ready"] = {name: _answer(frame) for name, frame in answers.items()}
+    unknown = pb.FetchRequest(rref_id=pb.GloballyUniqueId(created_on=1, local_id=10**9))
+    out["unknown"] = {
+        name: _answer(transport.call(address, fetch_frame(unknown), 30))["error"]
+        for name, address in (("asyncio server", peer.dial), ("fast lane", peer.call_dial))
+    }
+    # A value still to come: the fast lane parks it (none of its threads waits) and the caller
+    # streams it from the asyncio server, as rref.to_here() does; the asyncio server (the only
+    # one over TCP) answers once the value is set, holding no thread meanwhile.
+    out["fast_lane"] = peer.call_dial != peer.dial
+    later = rpc.remote("worker1", sleep_then, (1.0, "later"))
+    parked = transport.call(peer.call_dial, fetch_frame(request(later)), 30)
+    out["later_parked"] = _answer(parked)["continuation"]
+    out["later"] = later.to_here(timeout=30)
+    return out

@@ -30,3 +30,20 @@ def test_ready_plain_values_skip_the_busy_pool_others_wait_for_it(options):
     assert out["tensor_seconds"] < left / 2, out
     assert out["number_seconds"] < left / 2, out
     assert out["listed_seconds"] > left / 2, out
+
+
+@pytest.mark.parametrize("options", [TCP, {"rpc_timeout": 60.0}], ids=["tcp", "defaults"])
+def test_a_fetch_frame_on_a_call_stream_gets_what_fetch_returns_and_remote_rides_the_pipe(
+    options,
+):
+    out = run_cluster(2, fetch_bodies.fetch_frames, timeout=120, options=options)[0].value
+    assert out["pipes_after_remote"] == 1  # remote()'s RemoteCall went on the call pipe
+    ready = out["ready"]
+    unary = ready.pop("unary Fetch")
+    assert unary["raw"] and not unary["continuation"] and not unary["error"]
+    for name, answer in ready.items():
+        assert answer == unary, name  # header and bytes, whichever server answered
+    for name, error in out["unknown"].items():
+        assert error.endswith("UnknownRRefError"), (name, error)
+    assert out["fast_lane"] == (options is not TCP)
+    assert out["later_parked"] is out["fast_lane"] and out["later"] == "later"

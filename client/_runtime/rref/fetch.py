@@ -18,7 +18,7 @@ from ..._proto import worker_pb2 as pb
 from ..._tensor import Tensor
 from ..._wire import calls
 from ..._wire.exceptions import decode_exception, encode_exception
-from ..._wire.framing import Assembler
+from ..._wire.framing import Assembler, Frame
 from ..._wire.pickler import EncodeContext
 from ...errors import MessageTooLargeError, SerializationError
 from ...futures import Future, blocking_region
@@ -36,6 +36,12 @@ __all__ = ["RRefFetch"]
 
 #: Values other than tensors that ``serve_now`` encodes on the I/O loop (no user code runs).
 _PLAIN = (bool, int, float)
+
+
+def fetch_frame(request: pb.FetchRequest) -> Frame:
+    """``request`` as the one frame a call stream (or ``Call``) carries: the owner answers it
+    with the frame ``Fetch`` would return."""
+    return Frame(pb.FrameHeader(fetch_request=request, payload=pb.Payload(), last=True), ())
 
 
 class RRefFetch:
@@ -69,8 +75,11 @@ class RRefFetch:
         asm = Assembler(me.options.max_message_bytes, peer.name)
         try:
             with blocking_region():
-                # One frame (the latency path); a large value comes as a continuation.
-                frame = svc.transport.fetch(peer.dial, request, timeout)
+                # One frame on a call stream of the owner's asyncio server (the latency path,
+                # as rpc_sync's): a set plain value is answered on its I/O loop however busy
+                # its serving pool is (the fast lane would need a pool thread); a large value,
+                # or one still to come, is parked and streamed with FetchReply.
+                frame = svc.transport.call(peer.dial, fetch_frame(request), timeout)
                 cont = frame.header.fetch.continuation
                 if not cont:
                     asm.feed(frame)
