@@ -45,6 +45,7 @@ from gradwire.futures import Future, blocking_region
 from .interceptors import not_ready_message, token_refusal
 from .servicer import (
     Undecodable,
+    ack_frame,
     caller_from_metadata,
     failed_reply,
     fetch_answer,
@@ -120,6 +121,8 @@ class _Lane:
     def _call(self, frame: Frame, caller: int, context: grpc.ServicerContext) -> Frame:
         if frame.header.HasField("fetch_request"):  # to_here() on a call stream
             return self._fetch(frame.header.fetch_request, caller, context)
+        if frame.header.HasField("gradients"):  # PropagateGradients on a call stream
+            return ack_frame(self._gradients(frame, caller, context))
         callee = self._agent.callee
         try:
             callee.admit(caller, fast_lane=True)
@@ -158,6 +161,9 @@ class _Lane:
 
     def gradients(self, request: Any, context: grpc.ServicerContext) -> pb.GradientsAck:
         frame, caller = self._frame(request, context)
+        return self._gradients(frame, caller, context)
+
+    def _gradients(self, frame: Frame, caller: int, context: Any) -> pb.GradientsAck:
         try:
             message = self._assemble(frame, caller)
         except GradwireError as exc:

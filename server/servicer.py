@@ -138,6 +138,9 @@ class WorkerServicer:
     async def Call(self, frame: Frame, context: grpc.aio.ServicerContext) -> Frame:  # noqa: N802
         if frame.header.HasField("fetch_request"):  # to_here() on a call stream
             return await self.fetch_one(frame.header.fetch_request, context)
+        if frame.header.HasField("gradients"):  # PropagateGradients on a call stream
+            ack = await self.framed_control_one("PropagateGradients", frame, context)
+            return ack_frame(ack)
         callee = self._agent.callee
         caller = _caller_id(context, self._agent.is_member)
         try:
@@ -434,6 +437,12 @@ DEBUG_COUNTERS = (
     "num_forks",
     "num_autograd_contexts",
 )
+
+
+def ack_frame(ack: pb.GradientsAck) -> Frame:
+    """A GradientsAck as the reply frame of a ``gradients`` frame on ``Call``/``CallStream``."""
+    reply = pb.ReplyHeader(error=ack.error) if ack.HasField("error") else pb.ReplyHeader()
+    return Frame(pb.FrameHeader(reply=reply, payload=pb.Payload(), last=True), ())
 
 
 def fetch_answer(

@@ -252,6 +252,10 @@ def _mutate_header(rng: random.Random, first: pb.FrameHeader, buffers: list) -> 
             if rng.random() < 0.3:
                 first.fetch_request.autograd.context_id = _hint(rng)
             return "fetch_request"
+        elif roll < 0.85:  # PropagateGradients on Call/CallStream, for a context not known here
+            first.gradients.context_id = _hint(rng)
+            first.gradients.message_id.CopyFrom(_gid(rng))
+            first.gradients.sender_id = _hint(rng)
     elif what == "tensors+":
         for _ in range(rng.randint(1, 2000)):
             p.tensors.add(dtype="float64", shape=[1 << 20], nbytes=8 << 20)

@@ -251,8 +251,10 @@ class DistAutogradService(hooks.CallHook):
             # future on an idle channel would start a channel-polling thread per send.
             try:
                 with blocking_region():
-                    if len(frames) == 1:  # the latency path: one frame, a unary call
-                        ack = self.transport.gradients(peer.call_dial, frames[0], timeout)
+                    if len(frames) == 1:  # the latency path: one frame on a call stream
+                        reply = self.transport.call(peer.call_dial, frames[0], timeout)
+                        head = reply.header.reply
+                        ack = pb.GradientsAck(error=head.error if head.HasField("error") else None)
                     else:
                         ack = self.transport.framed_control(
                             peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout

@@ -192,10 +192,6 @@ class _Stubs:
             f"/{SERVICE}/FetchRRef", pb.FetchRequest.SerializeToString, de
         )
         self.fetch = channel.unary_unary(f"/{SERVICE}/Fetch", pb.FetchRequest.SerializeToString, de)
-        self.remote = channel.unary_unary(f"/{SERVICE}/Remote", ser, pb.RemoteAck.FromString)
-        self.gradients = channel.unary_unary(
-            f"/{SERVICE}/Gradients", ser, pb.GradientsAck.FromString
-        )
         self.call_pipe = channel.stream_stream(f"/{SERVICE}/CallPipe")
         self.pipe: Pipe | None = None
         self._control: dict[str, Any] = {}
@@ -380,19 +376,6 @@ class Transport:
     def fetch(self, address: str, request: pb.FetchRequest, timeout: float | None) -> Frame:
         """to_here() in one frame (or a continuation; raises grpc.RpcError)."""
         return self._get(address).fetch(request, timeout=timeout, metadata=self.metadata)
-
-    def remote_future(
-        self, address: str, frame: Frame, timeout: float | None, done: Callable[[Any], None]
-    ) -> None:
-        """Start a remote() whose call fits in one frame; ``done(grpc_future)`` runs on gRPC's
-        thread when it ends."""
-        fut = self._get(address).remote.future(frame, timeout=timeout, metadata=self.metadata)
-        fut.add_done_callback(done)
-
-    def gradients(self, address: str, frame: Frame, timeout: float | None) -> Any:
-        """Blocking Gradients call (PropagateGradients in one frame); returns the GradientsAck
-        (raises grpc.RpcError)."""
-        return self._get(address).gradients(frame, timeout=timeout, metadata=self.metadata)
 
     def framed_control(
         self,
