@@ -211,7 +211,7 @@ def _gradwire_proc(rank: int, tcp: bool, init_method: str, token: str, conn: Any
     rpc.shutdown()
 
 
-def _torch_proc(rank: int, tcp: bool, port: int, conn: Any) -> None:
+def _torch_proc(rank: int, tcp: bool, port: int, conn: Any, master: str = "127.0.0.1") -> None:
     import torch
     import torch.distributed.autograd as dist_autograd
     import torch.distributed.rpc as rpc
@@ -219,7 +219,7 @@ def _torch_proc(rank: int, tcp: bool, port: int, conn: Any) -> None:
     torch.set_num_threads(1)
     extra: dict[str, Any] = {"_transports": ["uv"], "_channels": ["basic"]} if tcp else {}
     opts = rpc.TensorPipeRpcBackendOptions(
-        init_method=f"tcp://127.0.0.1:{port}", num_worker_threads=16, rpc_timeout=300, **extra
+        init_method=f"tcp://{master}:{port}", num_worker_threads=16, rpc_timeout=300, **extra
     )
     rpc.init_rpc(f"w{rank}", rank=rank, world_size=2, rpc_backend_options=opts)
     if rank == 0:
