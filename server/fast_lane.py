@@ -66,6 +66,8 @@ _CONTROL_REQUESTS: dict[str, Any] = {
     "RRefDelete": pb.RRefDelete,
 }
 _decode = lenient(decode_frame, "frame")
+#: Seconds beyond which a call's time remaining means it has no deadline (a call stream).
+_NO_DEADLINE = 10 * 365 * 24 * 3600.0
 
 
 def _abort(context: grpc.ServicerContext, exc: BaseException) -> None:
@@ -191,11 +193,21 @@ class _Lane:
                 raise NotImplementedError(f"worker {agent.name!r} has no handler for {method}")
             answer = handler(request, caller)
             if isinstance(answer, Future):
-                answer = answer.wait(context.time_remaining())  # lends the pool slot back
+                answer = answer.wait(_wait_seconds(agent, context))  # lends the slot back
             return answer
         except Exception as exc:  # noqa: BLE001 - becomes the call's status
             _abort(context, exc)
             raise  # pragma: no cover - abort raises
+
+
+def _wait_seconds(agent: Any, context: grpc.ServicerContext) -> float | None:
+    """How long a handler may wait for its answer: the call's deadline; on a call stream (no
+    deadline of its own: gRPC reports it as about 2**63 ns away, past what a lock's timeout
+    takes) this worker's ``rpc_timeout``, or no bound when that is 0."""
+    left = context.time_remaining()
+    if left is None or left > _NO_DEADLINE:
+        return agent.options.rpc_timeout or None
+    return max(0.0, left)
 
 
 def _admit(agent: Any, path: str, context: grpc.ServicerContext) -> None:

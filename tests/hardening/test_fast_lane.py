@@ -236,3 +236,27 @@ def test_plain_calls_keep_every_outcome_of_the_general_path(
         assert callee.served_fast_lane == (len(served) if lane else 0)
     finally:
         rpc.shutdown(graceful=False)
+
+
+class _Context:
+    def __init__(self, left: float | None) -> None:
+        self._left = left
+
+    def time_remaining(self) -> float | None:
+        return self._left
+
+
+class _Agent:
+    def __init__(self, rpc_timeout: float) -> None:
+        self.options = type("Options", (), {"rpc_timeout": rpc_timeout})()
+
+
+def test_a_handler_on_a_call_stream_waits_at_most_rpc_timeout() -> None:
+    # A call stream has no deadline: gRPC reports ~2**63 ns left, which a lock's timeout
+    # refuses (OverflowError); a gradients frame whose answer was not ready failed that way.
+    wait = fast_lane._wait_seconds
+    assert wait(_Agent(30.0), _Context(2.0**63 / 1e9)) == 30.0
+    assert wait(_Agent(0.0), _Context(2.0**63 / 1e9)) is None  # rpc_timeout 0: no bound
+    assert wait(_Agent(30.0), _Context(None)) == 30.0
+    assert wait(_Agent(30.0), _Context(2.5)) == 2.5  # a unary call keeps its own deadline
+    assert wait(_Agent(30.0), _Context(-1.0)) == 0.0
