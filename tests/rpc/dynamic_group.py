@@ -205,7 +205,8 @@ def _leaf(seed: int) -> gw.Tensor:
     return gw.tensor([float(seed), 2.0, 3.0], dtype=gw.float64, requires_grad=True)
 
 
-def _until(check: Callable[[], bool], seconds: float) -> bool:
+def until(check: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``check`` every 50 ms; whether it held within ``seconds``."""
     deadline = time.monotonic() + seconds
     while not check():
         if time.monotonic() > deadline:
@@ -226,7 +227,7 @@ def survivor(
     held = None
     if name == "w0":
         # An RRef owned by w2, which leaves later: it must stay readable until w0 lets go.
-        assert _until(lambda: {"w2", "w3"} <= {w.name for w in rpc.get_worker_infos()}, 30)
+        assert until(lambda: {"w2", "w3"} <= {w.name for w in rpc.get_worker_infos()}, 30)
         held = rpc.remote("w2", make_box, (42,))
         assert held.to_here() == {"v": 42}
         with dist_autograd.context() as cid:  # a context w3 takes part in
@@ -264,7 +265,7 @@ def survivor(
         except errors.WorkerUnavailableError as exc:
             return f"{type(exc).__name__}: {exc}"
 
-    assert _until(lambda: "is lost" in lost_error(), 20), lost_error()
+    assert until(lambda: "is lost" in lost_error(), 20), lost_error()
     lost = lost_error()
     gc.collect()
 
@@ -277,7 +278,7 @@ def survivor(
             and num_contexts() == 0
         )
 
-    clean = _until(settled, 15)
+    clean = until(settled, 15)
     post(
         "checked",
         {
@@ -444,7 +445,7 @@ def waiting_caller(
 ) -> Any:
     """Calls the busy leaver; its call fails as departed once the leaver is gone."""
     rpc.init_rpc(name, rank, rpc_backend_options=options(init_method))
-    assert _until(lambda: "busy" in {w.name for w in rpc.get_worker_infos()}, 30)
+    assert until(lambda: "busy" in {w.name for w in rpc.get_worker_infos()}, 30)
     fut = rpc.rpc_async("busy", nap, (40.0,), timeout=30)
     post("calling", None)
     started = time.monotonic()

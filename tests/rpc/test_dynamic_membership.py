@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from typing import Any
 
@@ -136,15 +135,6 @@ def _gradwire(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def _until(check: Any, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_cli_workers_join_without_a_world_size_and_inspect_watch_shows_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -161,13 +151,13 @@ def test_cli_workers_join_without_a_world_size_and_inspect_watch_shows_it(
         )  # fmt: skip
         workers.append(watch)
         agent = _agent.current()
-        assert _until(lambda: agent.control_events.listening, 30), "inspect did not subscribe"
+        assert dg.until(lambda: agent.control_events.listening, 30), "inspect did not subscribe"
         seeds = ("--master-addr", "127.0.0.1", "--master-port", str(port))
         polite = _gradwire("worker", "--name", "cli-a", *seeds)  # the host assigns its rank
         rude = _gradwire("worker", "--name", "cli-b", "--rank", "6", *seeds)
         workers += [polite, rude]
         names = lambda: {w.name for w in rpc.get_worker_infos()}  # noqa: E731
-        assert _until(lambda: {"cli-a", "cli-b"} <= names(), 30), names()
+        assert dg.until(lambda: {"cli-a", "cli-b"} <= names(), 30), names()
         assert rpc.get_worker_info("cli-a").id == 1  # the lowest free one
         view = rpc.api._get_current_rpc_agent().get_worker_infos()
         assert sorted(w.name for w in view) == ["cli-a", "cli-b", "host"]

@@ -72,6 +72,8 @@ def fetch_frames(rank: int, world_size: int) -> dict[str, Any]:
     from gradwire._runtime.agent import current
     from gradwire._runtime.rref.fetch import fetch_frame
     from gradwire._runtime.rref.wire import to_gid
+    from gradwire._runtime.transport.transport import SERVICE
+    from gradwire._wire.framing import decode_frame
 
     agent = current()
     transport, peer = agent.transport, agent.ctx.peers[1]
@@ -85,8 +87,11 @@ def fetch_frames(rank: int, world_size: int) -> dict[str, Any]:
     def request(rref: Any) -> Any:
         return pb.FetchRequest(rref_id=to_gid(rref._handle.rref_id), caller_id=rank)
 
+    fetch = transport._get(peer.dial).channel.unary_unary(  # the unary method, as grpcurl sees it
+        f"/{SERVICE}/Fetch", pb.FetchRequest.SerializeToString, decode_frame
+    )
     answers = {
-        "unary Fetch": transport.fetch(peer.dial, request(ready), 30),
+        "unary Fetch": fetch(request(ready), timeout=30, metadata=transport.metadata),
         "asyncio server": transport.call(peer.dial, fetch_frame(request(ready)), 30),
         "fast lane": transport.call(peer.call_dial, fetch_frame(request(ready)), 30),
     }

@@ -188,10 +188,6 @@ class _Stubs:
         self.fetch_reply = channel.unary_stream(
             f"/{SERVICE}/FetchReply", pb.FetchReplyRequest.SerializeToString, de
         )
-        self.fetch_rref = channel.unary_stream(
-            f"/{SERVICE}/FetchRRef", pb.FetchRequest.SerializeToString, de
-        )
-        self.fetch = channel.unary_unary(f"/{SERVICE}/Fetch", pb.FetchRequest.SerializeToString, de)
         self.call_pipe = channel.stream_stream(f"/{SERVICE}/CallPipe")
         self.pipe: Pipe | None = None
         self._control: dict[str, Any] = {}
@@ -366,16 +362,6 @@ class Transport:
         stub = self._get(address).control(method, response_cls)
         fut = stub.future(request, timeout=timeout, metadata=self.metadata)
         fut.add_done_callback(done)
-
-    def fetch_rref(
-        self, address: str, request: pb.FetchRequest, timeout: float | None
-    ) -> Iterator[Frame]:
-        """to_here(): stream an OwnerRRef's value (raises grpc.RpcError)."""
-        return self._get(address).fetch_rref(request, timeout=timeout, metadata=self.metadata)
-
-    def fetch(self, address: str, request: pb.FetchRequest, timeout: float | None) -> Frame:
-        """to_here() in one frame (or a continuation; raises grpc.RpcError)."""
-        return self._get(address).fetch(request, timeout=timeout, metadata=self.metadata)
 
     def framed_control(
         self,
