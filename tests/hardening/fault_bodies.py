@@ -337,7 +337,11 @@ def rref_owner_killed(rank: int, world_size: int, timeout: float) -> Any:
         return {"use": use, "lost_after_s": gone, "shutdown": outcome}
     rref = rpc.remote("worker1", make_blob, (8,))
     assert rpc.rpc_sync("worker2", keep, (rref,)) == 8
-    rpc.rpc_async("worker1", die)
+    dying = rpc.rpc_async("worker1", die)
+    # The owner is dead once the call fails. (A to_here() sent right after the rpc_async may
+    # still be answered: a set value is served on the owner's I/O loop, which can run before
+    # its serving pool gets to die().)
+    _timed(lambda: dying.wait(10.0))
     first = _timed(lambda: rref.to_here(timeout=10.0))
     gone = wait_until(lambda: "worker1" in _lost(), 30.0)
     later = _timed(lambda: rref.to_here(timeout=10.0))
