@@ -27,7 +27,7 @@ class GloballyUniqueId(_message.Message):
     def __init__(self, created_on: _Optional[int] = ..., local_id: _Optional[int] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("name", "id", "address", "host_id", "local_address", "local_call_address", "cuda_device_count", "devices", "device_maps")
+    __slots__ = ("name", "id", "address", "host_id", "local_address", "local_call_address", "cuda_device_count", "devices", "device_maps", "bulk_address")
     class DeviceMapsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class WorkerInfo(_message.Message):
     CUDA_DEVICE_COUNT_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     DEVICE_MAPS_FIELD_NUMBER: _ClassVar[int]
+    BULK_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     id: int
     address: str
@@ -53,7 +54,8 @@ class WorkerInfo(_message.Message):
     cuda_device_count: int
     devices: _containers.RepeatedScalarFieldContainer[str]
     device_maps: _containers.MessageMap[str, DeviceMap]
-    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., local_address: _Optional[str] = ..., local_call_address: _Optional[str] = ..., cuda_device_count: _Optional[int] = ..., devices: _Optional[_Iterable[str]] = ..., device_maps: _Optional[_Mapping[str, DeviceMap]] = ...) -> None: ...
+    bulk_address: str
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., local_address: _Optional[str] = ..., local_call_address: _Optional[str] = ..., cuda_device_count: _Optional[int] = ..., devices: _Optional[_Iterable[str]] = ..., device_maps: _Optional[_Mapping[str, DeviceMap]] = ..., bulk_address: _Optional[str] = ...) -> None: ...
 
 class DeviceMap(_message.Message):
     __slots__ = ("devices",)
@@ -69,7 +71,7 @@ class DeviceMap(_message.Message):
     def __init__(self, devices: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TensorMeta(_message.Message):
-    __slots__ = ("dtype", "shape", "nbytes", "device", "target_device", "requires_grad", "shm", "kind", "strides")
+    __slots__ = ("dtype", "shape", "nbytes", "device", "target_device", "requires_grad", "shm", "kind", "strides", "bulk")
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     NBYTES_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +81,7 @@ class TensorMeta(_message.Message):
     SHM_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     STRIDES_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
     dtype: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     nbytes: int
@@ -88,7 +91,14 @@ class TensorMeta(_message.Message):
     shm: SharedMemoryRef
     kind: str
     strides: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., device: _Optional[str] = ..., target_device: _Optional[str] = ..., requires_grad: bool = ..., shm: _Optional[_Union[SharedMemoryRef, _Mapping]] = ..., kind: _Optional[str] = ..., strides: _Optional[_Iterable[int]] = ...) -> None: ...
+    bulk: BulkRef
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., nbytes: _Optional[int] = ..., device: _Optional[str] = ..., target_device: _Optional[str] = ..., requires_grad: bool = ..., shm: _Optional[_Union[SharedMemoryRef, _Mapping]] = ..., kind: _Optional[str] = ..., strides: _Optional[_Iterable[int]] = ..., bulk: _Optional[_Union[BulkRef, _Mapping]] = ...) -> None: ...
+
+class BulkRef(_message.Message):
+    __slots__ = ("transfer_id",)
+    TRANSFER_ID_FIELD_NUMBER: _ClassVar[int]
+    transfer_id: int
+    def __init__(self, transfer_id: _Optional[int] = ...) -> None: ...
 
 class SharedMemoryRef(_message.Message):
     __slots__ = ("name", "offset", "size", "seg_id", "ticket")

@@ -70,6 +70,7 @@ from .dist_autograd.service import DistAutogradService
 from .rref.calls import RRefCalls
 from .rref.fetch import RRefFetch
 from .rref.service import RRefService
+from .transport.bulk_lane import BulkLane
 from .transport.loop import io_loop, run_sync
 from .transport.shm_route import ShmRoutes
 from .transport.transport import Transport, map_rpc_error, set_departed
@@ -274,6 +275,12 @@ class Agent:
         )
         self.liveness = Liveness(ctx, self.transport, events, control)
         self.shm_routes = ShmRoutes(ctx, events)
+        #: The bulk lane (large tensors over plain TCP), None when off or under TLS.
+        self.bulk_lane = (
+            BulkLane(ctx, events, lambda: self.token)
+            if self.options.bulk_transfer and not self.options.tls_enabled
+            else None
+        )
         self.membership = Membership(ctx, self.transport, events, control)
         for handlers in (self.rref.handlers, self.autograd.handlers, self.membership.handlers):
             for method, handler in handlers.items():
@@ -392,6 +399,15 @@ class Agent:
         self.address = self.options.advertise_address or f"{host}:{port}"
         self._stop_server = stop
 
+    def _listen_bulk(self) -> str:
+        """Start the bulk lane's listener on the gRPC server's host; the address to advertise
+        ("" without one)."""
+        if self.bulk_lane is None or not self.address or self.address.startswith("unix:"):
+            return ""
+        return self.bulk_lane.listen(
+            self.plan.listen.rpartition(":")[0], self.address.rpartition(":")[0]
+        )
+
     def is_ready(self) -> bool:
         """True once the rendezvous completed."""
         return self._ready.is_set()
@@ -465,6 +481,7 @@ class Agent:
             host_id=host_id(),
             local_address=self.local_address,
             local_call_address=self.local_call_address,
+            bulk_address=self._listen_bulk(),
         )
         publish_devices(me, self.options.device_maps, self.options.devices)
         timeout = self.options.init_timeout
@@ -798,6 +815,7 @@ class Agent:
             **self.rref.debug_info(),
             **self.liveness.debug_info(),
             **self.shm_routes.debug_info(),
+            **(self.bulk_lane.debug_info() if self.bulk_lane is not None else {}),
             "peers": [
                 {
                     "name": p.name,

@@ -5,7 +5,8 @@ and a list of raw buffers: the pickle bytes, then each tensor's bytes in side-ta
 :func:`split` cuts a message into frames of at most ``chunk_bytes`` raw bytes; :class:`Assembler`
 puts frames back together into freshly allocated, writable buffers, so peak extra memory on
 either side is one frame plus the destination arrays. A tensor whose ``TensorMeta.shm`` is set
-has no bytes in the stream: the Assembler maps it from shared memory (:mod:`.shm`).
+has no bytes in the stream: the Assembler maps it from shared memory (:mod:`.shm`); one whose
+``TensorMeta.bulk`` is set takes the array the bulk lane received (:mod:`.bulk`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from .._proto import worker_pb2 as pb
 from ..errors import MessageTooLargeError, SerializationError
-from . import shm
+from . import bulk, shm
 
 __all__ = [
     "Frame",
@@ -190,6 +191,7 @@ def _check_layout(meta: pb.TensorMeta, itemsize: int, count: int) -> None:
         or any(s < 0 for s in strides)
         or count == 0
         or meta.HasField("shm")
+        or meta.HasField("bulk")
         or meta.nbytes <= 0
         or meta.nbytes % itemsize
     ):
@@ -311,7 +313,11 @@ class Assembler:
                     f"tensor shape {tuple(meta.shape)} is too large for any array"
                 )
             announced += meta.nbytes
-            if not meta.HasField("shm"):
+            if meta.HasField("shm") and meta.HasField("bulk"):
+                raise SerializationError(
+                    "a tensor's bytes cannot be both in shared memory and bulk"
+                )
+            if not (meta.HasField("shm") or meta.HasField("bulk")):
                 total += meta.nbytes
             sizes.append((meta, dt))
         if announced > self._max:
@@ -324,6 +330,9 @@ class Assembler:
         for meta, dt in sizes:
             if meta.HasField("shm"):  # same-host fast path: the bytes are in shared memory
                 arrays.append(shm.receive(meta))
+                continue
+            if meta.HasField("bulk"):  # the bytes came over this worker's bulk lane
+                arrays.append(bulk.receive(meta, self._peer, dt))
                 continue
             if meta.strides:  # a view with its layout: the run of memory it spans
                 run = np.empty(meta.nbytes // dt.itemsize, dtype=dt)

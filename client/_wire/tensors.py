@@ -3,8 +3,9 @@
 A non-contiguous view keeps its layout where PyTorch's does (its storage is under 8 KiB, or under
 twice its elements): the memory its elements span travels with its strides
 (``TensorMeta.strides``) and it arrives as a view of the same shape and strides. Any other
-view is made contiguous first, so only its own elements travel. A large tensor for a peer on the same host goes through shared memory instead
-(:mod:`gradwire._wire.shm`). GPU (CuPy) arrays need an entry for their device in the map of their
+view is made contiguous first, so only its own elements travel. A large tensor for a peer on the
+same host goes through shared memory instead (:mod:`gradwire._wire.shm`), one for any other
+peer with a bulk lane over that lane (:mod:`gradwire._wire.bulk`). GPU (CuPy) arrays need an entry for their device in the map of their
 direction (the caller's map for a request, its inverse for a reply or gradients;
 ``gradwire._runtime.cluster.device_maps``); without one the error is immediate and says which worker's
 ``set_device_map`` to extend. CPU arrays never use a map.
@@ -18,7 +19,7 @@ import numpy as np
 
 from .._proto import worker_pb2 as pb
 from ..errors import SerializationError
-from . import shm
+from . import bulk, shm
 from .framing import ALLOWED_DTYPES, byte_view
 
 __all__ = [
@@ -118,7 +119,12 @@ def pack(
     if ref is not None:
         meta.shm.CopyFrom(ref)
         return meta, memoryview(b"")
-    return meta, byte_view(np.ascontiguousarray(arr))
+    arr = np.ascontiguousarray(arr)
+    bulk_ref = bulk.offer(peer, arr)  # written to the peer's bulk lane, no bytes in the stream
+    if bulk_ref is not None:
+        meta.bulk.CopyFrom(bulk_ref)
+        return meta, memoryview(b"")
+    return meta, byte_view(arr)
 
 
 try:  # the bytes [low, high) an array's elements span, as NumPy computes them

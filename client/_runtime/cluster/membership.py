@@ -58,7 +58,9 @@ def peer_from(w: pb.WorkerInfo, my_host: str) -> Peer:
     local = w.host_id == my_host
     dial = w.local_address if local and w.local_address else w.address
     call_dial = w.local_call_address if local and w.local_call_address else dial
-    return Peer(w.name, w.id, w.address, w.host_id, w.local_address, dial, call_dial)
+    return Peer(
+        w.name, w.id, w.address, w.host_id, w.local_address, dial, call_dial, w.bulk_address
+    )
 
 
 class Membership:

@@ -77,6 +77,14 @@ class GrpcRpcBackendOptions:
             (128 KiB: from there on it beats one gRPC frame, 0.91 vs 0.96 ms for an echo here).
         shm_pool_bytes: shared memory this worker keeps per same-host peer for reuse; a tensor
             that does not fit streams instead.
+        bulk_transfer: serve a bulk lane (a plain TCP listener next to the gRPC server) and
+            send tensors of at least ``bulk_threshold_bytes`` to peers without shared memory
+            over theirs, each tensor's bytes straight from its array, only its transfer id in
+            the message (off under TLS; docs/wire.md, "The bulk lane"). A peer whose lane
+            cannot be reached gets its tensors in the messages, as without it.
+        bulk_threshold_bytes: smallest tensor, in bytes, that takes the bulk lane.
+        bulk_port: the bulk lane's TCP port (0: any free port, advertised at the rendezvous);
+            fix it when a firewall must let it through.
         rref_leak_check: what graceful shutdown does when an owner still knows forks of its
             OwnerRRefs after every worker deleted its UserRRefs (PyTorch's RRef leak):
             ``"warn"`` (log a warning), ``"error"`` (raise RRefLeakError) or ``"off"``.
@@ -115,6 +123,9 @@ class GrpcRpcBackendOptions:
     shm_transfer: bool = True
     shm_threshold_bytes: int = 128 << 10
     shm_pool_bytes: int = 2 << 30
+    bulk_transfer: bool = True
+    bulk_threshold_bytes: int = 128 << 10
+    bulk_port: int = 0
     rref_leak_check: str = "warn"
     rref_tombstone_ttl: float = 120.0
     peer_lost_seconds: float = 5.0
@@ -130,6 +141,12 @@ class GrpcRpcBackendOptions:
             raise ValueError(f"single_frame_bytes must be >= 0, got {self.single_frame_bytes}")
         if self.shm_threshold_bytes < 1:
             raise ValueError(f"shm_threshold_bytes must be >= 1, got {self.shm_threshold_bytes}")
+        if self.bulk_threshold_bytes < 1:
+            raise ValueError(f"bulk_threshold_bytes must be >= 1, got {self.bulk_threshold_bytes}")
+        if not 0 <= self.bulk_port < 65536:
+            raise ValueError(
+                f"bulk_port must be in [0, 65535] (0: any free port), got {self.bulk_port}"
+            )
         if self.shm_pool_bytes < 0:
             raise ValueError(f"shm_pool_bytes must be >= 0, got {self.shm_pool_bytes}")
         if self.rref_leak_check not in ("warn", "error", "off"):

@@ -58,6 +58,8 @@ class Peer:
     dial: str = ""
     #: The peer's fast lane (unary Call and Gradients) when it is on this host, else ``dial``.
     call_dial: str = ""
+    #: ``host:port`` of the peer's bulk lane ("" if none: its tensors go in the messages).
+    bulk_address: str = ""
 
     def __post_init__(self) -> None:
         if not self.call_dial:  # no fast lane: Call and Gradients go where everything goes

@@ -1,0 +1,334 @@
+"""The bulk lane's wire half: a large tensor's bytes travel over a plain TCP connection, its
+reference (``TensorMeta.bulk``) in the message.
+
+Over TCP, gRPC costs a MiB-scale message about twice what it costs PyTorch's TensorPipe
+(HTTP/2 framing, gRPC's own copies, the asyncio server's hops: docs/architecture.md, "Where a
+call's time goes"). So a tensor of at least ``bulk_threshold_bytes`` for a peer on another host
+(or any peer without shared memory) is written, while its message is encoded, straight from its
+array onto one of this worker's connections to the peer's bulk lane, and the message carries
+only its transfer id; the receiver's lane reads the bytes into a fresh array as they come, and
+the :class:`~gradwire._wire.framing.Assembler` takes that array (:func:`receive`) instead of
+copying bytes out of frames. The sender writes the bytes before the message goes, so the
+receiver usually has them when the message is decoded.
+
+The runtime (``gradwire._runtime.transport.bulk_lane``) owns the sockets: it installs the
+sending side and the receiving side, an :class:`Inbox`, with :func:`install`. Without them every tensor streams in the frames, as before.
+
+By value, as every other path: the bytes are written before ``pack`` returns, so later writes
+to the sender's tensor do not travel, and the receiver's array is its own.
+
+What a peer can make the receiver do is bounded (docs/security.md): one transfer is at most
+``MAX_TRANSFER_BYTES`` and ``max_message_bytes``; bytes received and not taken yet are at most
+the inbox's limit (a transfer past it is refused and its connection closed); a transfer nobody
+takes is dropped after ``stale_seconds``; a take waits at most ``HEADER_WAIT_SECONDS`` for a
+transfer whose first bytes have not come, and at most ``STALL_SECONDS`` without progress for
+one that is coming.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._proto import worker_pb2 as pb
+from ..errors import SerializationError
+
+__all__ = [
+    "Send",
+    "Inbox",
+    "install",
+    "uninstall",
+    "offer",
+    "receive",
+    "stats",
+    "MAX_TRANSFER_BYTES",
+    "HEADER_WAIT_SECONDS",
+    "STALL_SECONDS",
+]
+
+#: Largest tensor that takes the bulk lane (larger ones stream in frames, as before).
+MAX_TRANSFER_BYTES = 2 << 30
+#: How long a take waits for the first bytes of its transfer (the sender wrote them before the
+#: message, so they are normally there already).
+HEADER_WAIT_SECONDS = 20.0
+#: How long a take (or the lane's reader) waits while a transfer makes no progress.
+STALL_SECONDS = 30.0
+#: Transfer ids already taken, remembered so that a message delivered twice fails at once.
+_TAKEN_MEMORY = 4096
+
+#: ``send(arr) -> transfer id``, or None when the bytes did not go (stream them instead).
+Send = Callable[[np.ndarray], "int | None"]
+#: ``route(peer_name, nbytes) -> send`` or None: the runtime's sending side.
+Route = Callable[[str, int], "Send | None"]
+
+_route: Route | None = None
+_inbox: Inbox | None = None
+_counts: Counter[str] = Counter()
+_counts_lock = threading.Lock()
+
+
+def install(route: Route, inbox: Inbox) -> None:
+    """Install the running worker's sending side and its inbox."""
+    global _route, _inbox
+    _route, _inbox = route, inbox
+
+
+def uninstall(inbox: Inbox) -> None:
+    """Remove what :func:`install` put in place with ``inbox`` (every tensor streams again)."""
+    global _route, _inbox
+    if _inbox is inbox:
+        _route, _inbox = None, None
+
+
+def _count(what: str, nbytes: int = 0) -> None:
+    with _counts_lock:
+        _counts[what] += 1
+        if nbytes:
+            _counts[what + "_bytes"] += nbytes
+
+
+def stats() -> dict[str, int]:
+    """This process' counters: transfers and bytes sent, received, taken, ``fallback`` (the lane
+    could not send: the bytes streamed), ``refused`` and ``failed``."""
+    with _counts_lock:
+        return dict(_counts)
+
+
+def offer(peer: str, arr: np.ndarray) -> pb.BulkRef | None:
+    """Send ``arr``'s bytes to ``peer``'s bulk lane if the route says so.
+
+    Args:
+        peer: destination worker name.
+        arr: a C-contiguous host array (its bytes are written before this returns).
+
+    Returns:
+        The reference for ``TensorMeta.bulk``, or None to stream the bytes in the frames.
+    """
+    route = _route
+    if route is None or not peer or arr.nbytes > MAX_TRANSFER_BYTES:
+        return None
+    send = route(peer, arr.nbytes)
+    if send is None:
+        return None
+    transfer_id = send(arr)
+    if transfer_id is None:
+        _count("fallback")
+        return None
+    _count("sent", arr.nbytes)
+    return pb.BulkRef(transfer_id=transfer_id)
+
+
+def receive(meta: pb.TensorMeta, peer: str, dtype: np.dtype) -> np.ndarray:
+    """The array of the transfer ``meta.bulk`` names, from ``peer`` (waits for its bytes).
+
+    Args:
+        meta: a TensorMeta whose dtype, shape and nbytes were already checked.
+        peer: the sender's name (the transfer ids are the sender's).
+        dtype: ``meta.dtype`` as a NumPy dtype.
+
+    Raises:
+        SerializationError: no bulk lane here, the transfer failed, was refused, was taken
+            already, has another length, or did not come in time.
+    """
+    inbox = _inbox
+    if inbox is None or not peer:
+        raise SerializationError(
+            "a message names a bulk-lane transfer but this worker has no bulk lane"
+        )
+    buf = inbox.take(peer, meta.bulk.transfer_id, meta.nbytes)
+    return buf.view(dtype).reshape(tuple(meta.shape))
+
+
+class _Entry:
+    """One transfer: its buffer once its header came, and whether it is complete."""
+
+    __slots__ = ("buf", "done", "error", "arrived", "progress", "born")
+
+    def __init__(self) -> None:
+        self.buf: np.ndarray | None = None
+        self.done = threading.Event()
+        self.error = ""
+        self.arrived = False  # its header came (the reader owns it until done)
+        self.progress = time.monotonic()  # last time bytes came
+        self.born = self.progress
+
+
+class Inbox:
+    """The transfers a worker received and has not taken yet, keyed by (sender, transfer id).
+
+    The lane's reader threads call :meth:`begin`, then :meth:`progress` as bytes come, then
+    :meth:`complete` or :meth:`fail`; the Assembler calls :meth:`take` (through
+    :func:`receive`), in either order.
+
+    Args:
+        limit_bytes: most bytes received and not taken yet.
+        max_transfer_bytes: largest transfer accepted (``max_message_bytes``).
+        stale_seconds: a transfer not taken after this long is dropped.
+    """
+
+    def __init__(self, limit_bytes: int, max_transfer_bytes: int, stale_seconds: float) -> None:
+        self._limit = limit_bytes
+        self._max = min(max_transfer_bytes, MAX_TRANSFER_BYTES)
+        self._stale = stale_seconds
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, int], _Entry] = {}
+        self._taken: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._held = 0  # bytes of arrived transfers not taken yet
+        self._closed = False
+
+    # -- the reader's side ---------------------------------------------------------------------
+
+    def begin(self, peer: str, transfer_id: int, nbytes: int) -> np.ndarray | None:
+        """A transfer's header came: the array to read its bytes into, or None when it is
+        refused (too large, over the limit, or a transfer id already used); a waiting take
+        then fails at once with the reason."""
+        key = (peer, transfer_id)
+        now = time.monotonic()
+        with self._lock:
+            self._sweep(now)
+            entry = self._entries.get(key)
+            reason = ""
+            if self._closed:
+                reason = "the worker is shutting down"
+            elif nbytes < 0 or nbytes > self._max:
+                reason = f"a transfer of {nbytes} bytes is over the {self._max}-byte limit"
+            elif (entry is not None and entry.arrived) or key in self._taken:
+                reason = f"transfer id {transfer_id} was used twice"
+            elif self._held + nbytes > self._limit:
+                reason = (
+                    f"{self._held} bytes received and not taken yet, {nbytes} more would pass "
+                    f"the bulk lane's {self._limit}-byte limit"
+                )
+            if entry is None:
+                entry = self._entries[key] = _Entry()
+            if reason:
+                entry.arrived = True
+                entry.error = f"the bulk lane refused a transfer from {peer!r}: {reason}"
+                entry.done.set()
+                _count("refused")
+                return None
+            entry.arrived = True
+            entry.progress = now
+            self._held += nbytes
+        try:
+            buf = np.empty(nbytes, dtype=np.uint8)
+        except MemoryError:
+            self.fail(peer, transfer_id, f"cannot allocate {nbytes} bytes")
+            return None
+        entry.buf = buf
+        return buf
+
+    def progress(self, peer: str, transfer_id: int) -> None:
+        """Bytes of the transfer came (a take keeps waiting while they do)."""
+        entry = self._entries.get((peer, transfer_id))
+        if entry is not None:
+            entry.progress = time.monotonic()
+
+    def complete(self, peer: str, transfer_id: int) -> None:
+        """Every byte of the transfer came."""
+        entry = self._entries.get((peer, transfer_id))
+        if entry is not None:
+            _count("received", 0 if entry.buf is None else entry.buf.nbytes)
+            entry.done.set()
+
+    def fail(self, peer: str, transfer_id: int, why: str) -> None:
+        """The transfer will not complete (its connection broke): a take fails with ``why``."""
+        with self._lock:
+            entry = self._entries.get((peer, transfer_id))
+            if entry is None:
+                return
+            if entry.buf is not None:
+                self._held -= entry.buf.nbytes
+                entry.buf = None
+            entry.error = f"the bulk-lane transfer from {peer!r} failed: {why}"
+            entry.done.set()
+        _count("failed")
+
+    # -- the Assembler's side ------------------------------------------------------------------
+
+    def take(self, peer: str, transfer_id: int, nbytes: int) -> np.ndarray:
+        """The transfer's bytes, once (waits for them within the bounds of the module doc).
+
+        Raises:
+            SerializationError: see :func:`receive`.
+        """
+        key = (peer, transfer_id)
+        with self._lock:
+            if key in self._taken:
+                raise SerializationError(
+                    f"bulk-lane transfer {transfer_id} from {peer!r} was taken already (a "
+                    "message delivered twice)"
+                )
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Entry()
+        while not entry.done.wait(1.0):
+            now = time.monotonic()
+            if entry.arrived:
+                late = now - entry.progress > STALL_SECONDS
+            else:
+                late = now - entry.born > HEADER_WAIT_SECONDS
+            if late or self._closed:
+                with self._lock:
+                    if self._entries.get(key) is entry and not entry.arrived:
+                        del self._entries[key]
+                what = "stalled" if entry.arrived else "never came"
+                raise SerializationError(
+                    f"bulk-lane transfer {transfer_id} from {peer!r} {what}: its sender may "
+                    "have failed, or the network between the workers dropped it"
+                )
+        with self._lock:
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+            buf, entry.buf = entry.buf, None
+            if buf is not None:
+                self._held -= buf.nbytes
+            self._remember(key)
+        if entry.error or buf is None:
+            raise SerializationError(entry.error or "bulk-lane transfer without data")
+        if buf.nbytes != nbytes:
+            raise SerializationError(
+                f"bulk-lane transfer {transfer_id} from {peer!r} carries {buf.nbytes} bytes, "
+                f"its message announced {nbytes}"
+            )
+        _count("taken", nbytes)
+        return buf
+
+    # -- upkeep --------------------------------------------------------------------------------
+
+    def _remember(self, key: tuple[str, int]) -> None:
+        self._taken[key] = None
+        while len(self._taken) > _TAKEN_MEMORY:
+            self._taken.popitem(last=False)
+
+    def _sweep(self, now: float) -> None:
+        # With the lock held: drop what nobody took in time (its message never came).
+        for key in [
+            k for k, e in self._entries.items() if e.done.is_set() and now - e.born > self._stale
+        ]:
+            entry = self._entries.pop(key)
+            if entry.buf is not None:
+                self._held -= entry.buf.nbytes
+                entry.buf = None
+            _count("dropped_stale")
+
+    def close(self) -> None:
+        """Refuse what comes next, free what was not taken, and wake every take."""
+        with self._lock:
+            self._closed = True
+            entries, self._entries = list(self._entries.values()), {}
+            self._held = 0
+        for entry in entries:
+            entry.buf = None
+            entry.error = entry.error or "the worker shut down before the transfer was taken"
+            entry.done.set()
+
+    def info(self) -> dict[str, Any]:
+        """Transfers waiting and bytes held (for ``Agent.debug_info``)."""
+        with self._lock:
+            return {"waiting": len(self._entries), "held_bytes": self._held, "limit": self._limit}
