@@ -239,6 +239,12 @@ class Agent:
         self.rendezvous: RendezvousHost | None = None
         self.barriers: BarrierHost | None = None
         self.control_handlers: dict[str, Callable[..., Any]] = {}
+        #: The bulk lane (large tensors over plain TCP), None when off or under TLS.
+        self.bulk_lane = (
+            BulkLane(self.ctx, self.events, lambda: self.token)
+            if options.bulk_transfer and not options.tls_enabled
+            else None
+        )
         self._ready = asyncio.Event()
         self._ready_flag = threading.Event()  # the same, for threads (the fast lane)
         self._state_lock = threading.Lock()
@@ -275,12 +281,6 @@ class Agent:
         )
         self.liveness = Liveness(ctx, self.transport, events, control)
         self.shm_routes = ShmRoutes(ctx, events)
-        #: The bulk lane (large tensors over plain TCP), None when off or under TLS.
-        self.bulk_lane = (
-            BulkLane(ctx, events, lambda: self.token)
-            if self.options.bulk_transfer and not self.options.tls_enabled
-            else None
-        )
         self.membership = Membership(ctx, self.transport, events, control)
         for handlers in (self.rref.handlers, self.autograd.handlers, self.membership.handlers):
             for method, handler in handlers.items():

@@ -218,6 +218,9 @@ class Inbox:
         try:
             buf = np.empty(nbytes, dtype=np.uint8)
         except MemoryError:
+            with self._lock:  # counted above, and fail() only gives back an allocated buffer
+                if self._entries.get(key) is entry:
+                    self._held -= nbytes
             self.fail(peer, transfer_id, f"cannot allocate {nbytes} bytes")
             return None
         entry.buf = buf

@@ -34,6 +34,7 @@ def register(subparsers: Any) -> None:
 
     run = subparsers.add_parser(
         "run",
+        allow_abbrev=False,  # the job's own arguments (``--b``) are never taken for ours
         help="join the cluster as a worker, run a job's entry point, leave",
         description="Join the cluster (flags or GRADWIRE_* variables, as gradwire-worker), run "
         "TARGET (script.py, package.module:function or package.module), then leave through "

@@ -219,7 +219,9 @@ def run_command(args: argparse.Namespace, prog: str = "gradwire run") -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Standalone entry point: ``python -m gradwire.server.cli.run TARGET``."""
-    parser = argparse.ArgumentParser(prog="gradwire run", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="gradwire run", description=__doc__.split("\n")[0], allow_abbrev=False
+    )
     add_run_arguments(parser)
     return run_command(parser.parse_args(argv))
 

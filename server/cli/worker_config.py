@@ -68,6 +68,13 @@ def _port(text: str) -> int:
     return value
 
 
+def _port_or_any(text: str) -> int:
+    value = _int(text)
+    if not 0 <= value < 65536:
+        raise ValueError("must be a TCP port, 1..65535, or 0 for any free port")
+    return value
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -238,6 +245,23 @@ JOIN_SETTINGS: tuple[Setting, ...] = (
         metavar="1|0",
     ),
     Setting(
+        "bulk_lane",
+        "--bulk-lane",
+        "GRADWIRE_BULK_LANE",
+        "serve a bulk lane and send large tensors over the peers' (1/0; off with TLS)",
+        parse_bool,
+        True,
+        metavar="1|0",
+    ),
+    Setting(
+        "bulk_port",
+        "--bulk-port",
+        "GRADWIRE_BULK_PORT",
+        "TCP port of the bulk lane (0: any free port, advertised at the rendezvous)",
+        _port_or_any,
+        0,
+    ),
+    Setting(
         "num_worker_threads",
         "--num-worker-threads",
         "GRADWIRE_NUM_WORKER_THREADS",
@@ -332,6 +356,8 @@ class WorkerConfig:
             trust_everything=v["trust_everything"],
             callable_guard=not v["no_callable_guard"],
             use_unix_socket=v["unix_socket"],
+            bulk_transfer=v["bulk_lane"],
+            bulk_port=v["bulk_port"],
         )
 
 

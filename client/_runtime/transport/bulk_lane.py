@@ -78,12 +78,18 @@ def mac(token: str | None, nonce: bytes, name: bytes) -> bytes:
     return hmac.new(key, MAGIC + nonce + name, hashlib.sha256).digest()
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    """``n`` bytes, or None when the peer closed the connection before the first one."""
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes | None:
+    """``n`` bytes, or None when the peer closed the connection before the first one; with a
+    ``deadline`` (``time.monotonic()``), TimeoutError past it however the bytes trickle in."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{got} of {n} bytes in the time allowed")
+            sock.settimeout(left)
         k = sock.recv_into(view[got:])
         if not k:
             if got == 0:
@@ -203,17 +209,18 @@ class BulkLane:
 
     def _handshake(self, conn: socket.socket) -> str:
         """The sender's name once it proved it knows the token, else ""."""
+        deadline = time.monotonic() + HANDSHAKE_SECONDS  # for the whole handshake
         conn.settimeout(HANDSHAKE_SECONDS)
         nonce = os.urandom(_NONCE_BYTES)
         conn.sendall(MAGIC + nonce)
-        head = _recv_exact(conn, _NAME_LEN.size)
+        head = _recv_exact(conn, _NAME_LEN.size, deadline)
         if head is None:
             return ""
         (n,) = _NAME_LEN.unpack(head)
         if not 0 < n < 128:
             raise ValueError(f"a worker name of {n} bytes")
-        name = _recv_exact(conn, n)
-        proof = _recv_exact(conn, 32)
+        name = _recv_exact(conn, n, deadline)
+        proof = _recv_exact(conn, 32, deadline)
         if name is None or proof is None:
             return ""
         token = self._token()

@@ -1,0 +1,563 @@
+"""The bulk lane between real workers over TCP (shared memory off, as in containers): which
+tensors take it, that they arrive equal and by value in calls, replies, remote() values and
+gradients, that a sender without it or a lane it cannot reach streams instead, and what the
+listener does with hostile connections (plain sockets against this process' own lane).
+
+One cluster for the module: this process is "main" (rank 0) and spawns "peer" (rank 1, a bulk
+lane too) and "nobulk" (rank 2, ``bulk_transfer=False``). The TLS test runs its own cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gradwire as gw
+import gradwire.distributed.autograd as dist_autograd
+import numpy as np
+import pytest
+from gradwire._runtime import agent as agent_mod
+from gradwire._runtime.transport import bulk_lane
+from gradwire._wire import bulk
+from gradwire.distributed import rpc
+from gradwire.distributed.rpc._testing import free_port, run_cluster
+
+from .dynamic_group import until
+from .test_rpc_tls import pki  # noqa: F401 - the TLS test's certificates
+
+MAIN, PEER, NOBULK = "main", "peer", "nobulk"
+TOKEN = "bulk-lane-token"
+MiB = 1 << 20
+THRESHOLD = rpc.GrpcRpcBackendOptions().bulk_threshold_bytes
+
+
+def _fields(init_method: str, **overrides: Any) -> dict[str, Any]:
+    """Options of a worker of these tests: TCP between workers, no shared memory."""
+    return {
+        "init_method": init_method,
+        "token": TOKEN,
+        "rpc_timeout": 20.0,
+        "init_timeout": 30.0,
+        "use_unix_socket": False,
+        "shm_transfer": False,
+        **overrides,
+    }
+
+
+def _member(name: str, rank: int, fields: dict[str, Any], stop: Any) -> None:
+    """A spawned worker: serves until the test sets ``stop``."""
+    rpc.init_rpc(name, rank, 3, rpc.GrpcRpcBackendOptions(**fields))
+    stop.wait(300)
+    rpc.shutdown(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    procs = [
+        ctx.Process(target=_member, args=(name, rank, _fields(init_method, **extra), stop))
+        for rank, name, extra in [(1, PEER, {}), (2, NOBULK, {"bulk_transfer": False})]
+    ]
+    for p in procs:
+        p.daemon = True
+        p.start()
+    try:
+        rpc.init_rpc(MAIN, 0, 3, rpc.GrpcRpcBackendOptions(**_fields(init_method)))
+        try:
+            yield
+        finally:
+            stop.set()
+            rpc.shutdown(timeout=30)
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+    assert [p.exitcode for p in procs] == [0, 0]
+
+
+pytestmark = pytest.mark.usefixtures("cluster")
+
+
+# -- functions the workers call on each other --------------------------------------------------
+
+_kept: dict[str, Any] = {}
+
+
+def echo(x: Any) -> Any:
+    return x
+
+
+def counters() -> dict[str, int]:
+    return bulk.stats()
+
+
+def lane_info() -> dict[str, Any] | None:
+    """This worker's ``bulk_lane`` debug entry, None without a lane."""
+    return rpc.get_debug_info().get("bulk_lane")
+
+
+def call_back(dst: str, x: Any) -> Any:
+    """Echo ``x`` through worker ``dst`` (its lane takes it, if it has one)."""
+    return rpc.rpc_sync(dst, echo, (x,))
+
+
+def keep(key: str, x: Any) -> None:
+    _kept[key] = x
+
+
+def kept_equals(key: str, value: float) -> bool:
+    return bool(np.all(np.asarray(_kept[key]) == value))
+
+
+def make_source(n: int, value: float) -> np.ndarray:
+    """Keep and return an array (the reply direction)."""
+    _kept["source"] = np.full(n, value)
+    return _kept["source"]
+
+
+def write_kept(key: str, value: float) -> None:
+    _kept[key][...] = value
+
+
+def float32_ones(n: int) -> gw.Tensor:
+    return gw.ones(n)
+
+
+def matmul(x: gw.Tensor, w: gw.Tensor) -> gw.Tensor:
+    return x @ w
+
+
+def autograd_step(dst: str, x: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The benchmark's dist-autograd iteration with ``dst`` computing ``x @ w``: the gradients
+    of ``mean((x @ w) ** 2)`` with respect to ``x`` and ``w``."""
+    xt, wt = gw.tensor(x, requires_grad=True), gw.tensor(w, requires_grad=True)
+    with dist_autograd.context() as cid:
+        y = rpc.rpc_sync(dst, matmul, (xt, wt))
+        dist_autograd.backward(cid, [(y * y).mean()])
+        grads = dist_autograd.get_gradients(cid)
+    return grads[xt].detach().numpy(), grads[wt].detach().numpy()
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _counts(worker: str = MAIN) -> dict[str, int]:
+    return counters() if worker == MAIN else rpc.rpc_sync(worker, counters)
+
+
+def _grew(before: dict[str, int], after: dict[str, int], *names: str) -> list[int]:
+    return [after.get(n, 0) - before.get(n, 0) for n in names]
+
+
+def _inbox() -> dict[str, int]:
+    info = lane_info()
+    assert info is not None
+    return info["inbox"]
+
+
+def _assert_same(got: Any, want: Any) -> None:
+    if isinstance(want, np.ndarray):
+        assert isinstance(got, np.ndarray), type(got)
+        g, w = got, want
+    else:
+        assert isinstance(got, gw.Tensor), type(got)
+        g, w = got.detach().numpy(), want.detach().numpy()
+    assert (g.dtype, g.shape) == (w.dtype, w.shape)
+    np.testing.assert_array_equal(g, w)
+
+
+def _serves_large_tensors() -> None:
+    """MAIN's lane still takes transfers: "peer" echoes a large array through MAIN."""
+    before = _counts()
+    x = np.arange(MiB // 8, dtype=np.float64)
+    _assert_same(rpc.rpc_sync(PEER, call_back, (MAIN, x)), x)
+    # Taken here: the array as the argument of MAIN's echo, then as call_back's reply.
+    assert _grew(before, _counts(), "taken") == [2]
+
+
+# -- what takes the lane, and what arrives ------------------------------------------------------
+
+
+def _view() -> gw.Tensor:
+    # Every other column: half of its storage, so a contiguous copy travels (1 MiB).
+    return gw.tensor(np.arange(512 * 512, dtype=np.float64).reshape(512, 512))[:, ::2]
+
+
+ECHOES: list[tuple[str, Callable[[], Any], bool]] = [
+    ("float32_small", lambda: gw.arange(1000, dtype=gw.float32), False),
+    ("float64_just_below", lambda: gw.arange(THRESHOLD // 8 - 1, dtype=gw.float64), False),
+    ("float64_at_threshold", lambda: gw.arange(THRESHOLD // 8, dtype=gw.float64), True),
+    ("float32_2d", lambda: gw.tensor(np.random.rand(512, 1024).astype(np.float32)), True),
+    ("int64", lambda: gw.tensor(np.arange(-(1 << 15), 1 << 15, dtype=np.int64)), True),
+    ("int64_small", lambda: gw.tensor(np.arange(100, dtype=np.int64)), False),
+    (
+        "complex64",
+        lambda: gw.tensor((np.arange(1 << 16) + 1j * np.arange(1 << 16)).astype(np.complex64)),
+        True,
+    ),
+    ("bool", lambda: gw.tensor(np.arange(1 << 18) % 3 == 0), True),
+    ("bool_small", lambda: gw.tensor(np.array([True, False, True])), False),
+    ("zero_dim", lambda: gw.tensor(3.25), False),
+    ("empty", lambda: gw.zeros((0, 4)), False),
+    ("strided_view", _view, True),
+    ("ndarray", lambda: np.linspace(0, 1, MiB // 4, dtype=np.float32).reshape(256, -1), True),
+    ("ndarray_small", lambda: np.arange(12, dtype=np.int16).reshape(3, 4), False),
+]
+
+
+@pytest.mark.parametrize(("make", "over_lane"), [e[1:] for e in ECHOES], ids=[e[0] for e in ECHOES])
+def test_echo_arrives_equal_and_takes_the_lane_from_the_threshold_on(
+    make: Callable[[], Any], over_lane: bool
+) -> None:
+    value = make()
+    mine, theirs = _counts(), _counts(PEER)
+    _assert_same(rpc.rpc_sync(PEER, echo, (value,)), value)
+    expected = [1, 1] if over_lane else [0, 0]
+    # Here: the argument sent, the reply taken; on the peer, the other way round.
+    assert _grew(mine, _counts(), "sent", "taken") == expected
+    assert _grew(theirs, _counts(PEER), "taken", "sent") == expected
+    assert _grew(mine, _counts(), "fallback") == [0]
+
+
+def test_a_large_tensor_keeps_requires_grad_and_its_bytes_are_its_own() -> None:
+    t = gw.tensor(np.random.rand(256, 256), requires_grad=True)
+    out = rpc.rpc_sync(PEER, echo, (t,))
+    assert out.requires_grad
+    data = out.detach().numpy()
+    assert data.flags.writeable and not np.shares_memory(data, t.detach().numpy())
+    np.testing.assert_array_equal(data, t.detach().numpy())
+
+
+def test_many_large_calls_in_flight_at_once_all_come_back_right() -> None:
+    threads, per_thread = 6, 2  # 12 sends at once: more than the 4 connections to the peer
+    start = threading.Barrier(threads)
+    results: dict[int, np.ndarray] = {}
+    before = _counts()
+
+    def send(t: int) -> None:
+        start.wait(10)
+        values = [t * per_thread + k for k in range(per_thread)]
+        futs = [rpc.rpc_async(PEER, echo, (np.full(MiB // 8, float(v)),)) for v in values]
+        for v, fut in zip(values, futs, strict=True):
+            results[v] = fut.wait()
+
+    workers = [threading.Thread(target=send, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert sorted(results) == list(range(threads * per_thread))
+    for v, got in results.items():
+        assert got.shape == (MiB // 8,) and np.all(got == v), v
+    sent, fallback = _grew(before, _counts(), "sent", "fallback")
+    print("SENT/FALLBACK", sent, fallback)
+    assert sent + fallback == threads * per_thread  # each over the lane, or in the frames
+    assert sent > 0
+    info = lane_info()
+    assert info is not None
+    assert info["connections_out"][PEER]["open"] <= bulk_lane.CONNECTIONS_PER_PEER
+    assert info["inbox"]["held_bytes"] == 0
+    assert rpc.rpc_sync(PEER, lane_info)["inbox"]["held_bytes"] == 0
+
+
+def test_a_tensor_finding_every_connection_busy_streams() -> None:
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    address = agent_mod.current().by_name[PEER].bulk_address
+    busy = [lane._take(PEER, address) for _ in range(bulk_lane.CONNECTIONS_PER_PEER)]
+    try:
+        assert all(conn is not None for conn in busy)
+        before = _counts()
+        x = np.random.rand(MiB // 8)
+        _assert_same(rpc.rpc_sync(PEER, echo, (x,)), x)
+        assert _grew(before, _counts(), "sent", "fallback", "taken") == [0, 1, 1]
+    finally:
+        for conn in busy:
+            if conn is not None:
+                lane._give_back(PEER, conn)
+    before = _counts()
+    _assert_same(rpc.rpc_sync(PEER, echo, (x,)), x)
+    assert _grew(before, _counts(), "sent", "fallback") == [1, 0]
+
+
+def test_remote_value_and_to_here_over_the_lane() -> None:
+    before = _counts()
+    made = rpc.remote(PEER, float32_ones, (MiB // 4,)).to_here()
+    _assert_same(made, gw.ones(MiB // 4))
+    assert _grew(before, _counts(), "taken") == [1]
+    x = gw.tensor(np.random.rand(512, 512))
+    before = _counts()
+    _assert_same(rpc.remote(PEER, echo, (x,)).to_here(), x)
+    assert _grew(before, _counts(), "sent", "taken") == [1, 1]
+
+
+def test_dist_autograd_gradients_over_the_lane_equal_those_without_it() -> None:
+    rng = np.random.default_rng(19)
+    x, w = rng.standard_normal((512, 512)), rng.standard_normal((512, 512))
+    before = _counts()
+    gx, gw_ = autograd_step(PEER, x, w)
+    sent, taken = _grew(before, _counts(), "sent", "taken")
+    # x, w and the gradient of y went over the lane; y and the gradients of x and w came back.
+    assert sent >= 3 and taken >= 3, (sent, taken)
+
+    peer_before = _counts(PEER)
+    gx_off, gw_off = rpc.rpc_sync(NOBULK, autograd_step, (PEER, x, w))
+    assert _grew(peer_before, _counts(PEER), "sent", "taken") == [0, 0]
+    assert _counts(NOBULK) == {}  # nothing went over a lane from there
+
+    np.testing.assert_allclose(gx, gx_off, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(gw_, gw_off, rtol=1e-12, atol=1e-15)
+    dy = 2 * (x @ w) / x.size  # the float64 oracle
+    np.testing.assert_allclose(gx, dy @ w.T, rtol=1e-10)
+    np.testing.assert_allclose(gw_, x.T @ dy, rtol=1e-10)
+
+
+def test_by_value_both_ways() -> None:
+    before = _counts()
+    x = np.full(MiB // 8, 1.0)
+    fut = rpc.rpc_async(PEER, keep, ("arg", x))
+    x[:] = -5.0  # after rpc_async returned: not what was sent
+    fut.wait()
+    assert rpc.rpc_sync(PEER, kept_equals, ("arg", 1.0))
+    t = gw.tensor(np.full(MiB // 8, 2.0))
+    fut = rpc.rpc_async(PEER, keep, ("tensor", t))
+    t.numpy()[:] = -6.0
+    fut.wait()
+    assert rpc.rpc_sync(PEER, kept_equals, ("tensor", 2.0))
+
+    y = rpc.rpc_sync(PEER, make_source, (MiB // 8, 3.0))
+    rpc.rpc_sync(PEER, write_kept, ("source", 9.0))
+    assert np.all(y == 3.0)  # the callee's later write did not reach the caller's copy
+    y[:] = 11.0
+    assert rpc.rpc_sync(PEER, kept_equals, ("source", 9.0))
+    assert _grew(before, _counts(), "sent", "taken") == [2, 1]
+
+
+def test_a_sender_with_bulk_transfer_off_streams() -> None:
+    assert rpc.rpc_sync(NOBULK, lane_info) is None  # no lane, no listener
+    assert agent_mod.current().by_name[NOBULK].bulk_address == ""
+    x = np.random.rand(MiB // 8)
+    mine, theirs = _counts(), _counts(PEER)
+    _assert_same(rpc.rpc_sync(NOBULK, call_back, (PEER, x)), x)
+    assert _counts(NOBULK) == {}
+    assert _grew(theirs, _counts(PEER), "sent", "received", "taken") == [0, 0, 0]
+    # To a worker without a lane this one streams too.
+    assert _grew(mine, _counts(), "sent", "fallback") == [0, 0]
+
+
+def test_a_lane_that_cannot_be_reached_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    me = agent_mod.current()
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        unreachable = "127.0.0.1:%d" % closed.getsockname()[1]
+        record = me.by_name[NOBULK]
+        monkeypatch.setitem(
+            me.by_name, NOBULK, dataclasses.replace(record, bulk_address=unreachable)
+        )
+        x = np.random.rand(MiB // 8)
+        for _ in range(2):  # the second does not try again (streams for UNREACHABLE_SECONDS)
+            before = _counts()
+            _assert_same(rpc.rpc_sync(NOBULK, echo, (x,)), x)
+            assert _grew(before, _counts(), "sent", "fallback") == [0, 1]
+    info = lane_info()
+    assert info is not None and info["connections_out"][NOBULK] == {"open": 0, "idle": 0}
+
+
+# -- hostile connections to this process' lane ------------------------------------------------
+
+
+def _connect() -> tuple[socket.socket, bytes]:
+    """A plain TCP connection to MAIN's bulk lane, and the nonce its listener sent."""
+    host, _, port = agent_mod.current().by_name[MAIN].bulk_address.rpartition(":")
+    sock = socket.create_connection((host.strip("[]"), int(port)), timeout=5)
+    hello = b""
+    while len(hello) < len(bulk_lane.MAGIC) + 32:
+        chunk = sock.recv(64)
+        assert chunk, "the listener closed before its hello"
+        hello += chunk
+    assert hello.startswith(bulk_lane.MAGIC) and len(hello) == len(bulk_lane.MAGIC) + 32
+    return sock, hello[len(bulk_lane.MAGIC) :]
+
+
+def _proof(nonce: bytes, name: bytes = b"mallory", token: str | None = TOKEN) -> bytes:
+    return struct.pack("<H", len(name)) + name + bulk_lane.mac(token, nonce, name)
+
+
+def _authenticated() -> socket.socket:
+    """A connection that passed the handshake with the cluster token."""
+    assert agent_mod.current().token == TOKEN
+    sock, nonce = _connect()
+    sock.sendall(_proof(nonce))
+    assert sock.recv(1) == b"\x01"
+    return sock
+
+
+def _until_closed(sock: socket.socket, seconds: float) -> bytes | None:
+    """What the listener sent until it closed the connection, or None if it was still open
+    after ``seconds``."""
+    got = b""
+    deadline = time.monotonic() + seconds
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            chunk = sock.recv(4096)
+            if not chunk:
+                return got
+            got += chunk
+    except TimeoutError:
+        return None
+    except ConnectionResetError:  # closed with what this side sent still unread
+        return got
+    return None
+
+
+def test_a_wrong_token_proof_is_closed_without_the_status_byte() -> None:
+    for token in ("not-the-token", None):
+        sock, nonce = _connect()
+        with sock:
+            sock.sendall(_proof(nonce, name=PEER.encode(), token=token))
+            assert _until_closed(sock, 5) == b""
+    # A proof made for another nonce does not pass either (no replay).
+    sock, nonce = _connect()
+    with sock:
+        sock.sendall(_proof(bytes(32)))
+        assert _until_closed(sock, 5) == b""
+    _serves_large_tensors()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00\x00",  # a name of 0 bytes
+        struct.pack("<H", 128) + b"n" * 160,  # a name of 128 bytes
+        b"\xff\xff" + bytes(64),
+        b"GET / HTTP/1.1\r\nHost: worker\r\n\r\n",
+        struct.pack("<H", 4) + b"main" + bytes(32),  # a well-formed, wrong proof
+    ],
+    ids=["name_0", "name_128", "name_65535", "http", "zero_proof"],
+)
+def test_garbage_is_closed_without_the_status_byte(garbage: bytes) -> None:
+    sock, _ = _connect()
+    with sock:
+        sock.sendall(garbage)
+        assert _until_closed(sock, 5) == b""
+    assert _inbox()["held_bytes"] == 0
+
+
+def test_a_silent_connection_is_closed_after_the_handshake_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(bulk_lane, "HANDSHAKE_SECONDS", 0.5)
+    started = time.monotonic()
+    sock, _ = _connect()
+    with sock:
+        assert _until_closed(sock, 3.5) == b""
+    assert time.monotonic() - started >= 0.45
+
+
+def test_a_handshake_sent_a_byte_at_a_time_is_closed_after_the_handshake_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The handshake's time is for the whole handshake: a client that sends a byte before
+    each read times out cannot hold a connection (and one of MAX_HANDSHAKES) for longer."""
+    monkeypatch.setattr(bulk_lane, "HANDSHAKE_SECONDS", 1.0)
+    started = time.monotonic()
+    sock, _ = _connect()
+    closed_after = None
+    with sock:
+        trickle = struct.pack("<H", 100) + b"x" * 100
+        for byte in trickle:
+            if time.monotonic() - started > 4.0:
+                break
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                closed_after = time.monotonic() - started
+                break
+            readable, _, _ = select.select([sock], [], [], 0.4)  # the pace: 2.5 bytes/s
+            if readable and _until_closed(sock, 0.1) is not None:
+                closed_after = time.monotonic() - started
+                break
+    assert closed_after is not None, "still open after 4 s of a 1 s handshake"
+    assert closed_after < 1.0 + 1.5
+
+
+def test_a_transfer_over_the_limit_is_refused_before_anything_is_allocated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    large: list[int] = []
+    real_empty = np.empty
+
+    def watched_empty(shape: Any, *args: Any, **kwargs: Any) -> np.ndarray:
+        if isinstance(shape, int) and shape >= 1 << 30:
+            large.append(shape)
+        return real_empty(shape, *args, **kwargs)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(bulk.np, "empty", watched_empty)
+    limit = min(agent_mod.current().options.max_message_bytes, bulk.MAX_TRANSFER_BYTES)
+    for transfer_id, nbytes in [(1, limit + 1), (2, (1 << 64) - 1)]:
+        refused = _counts().get("refused", 0)
+        with _authenticated() as sock:
+            sock.sendall(struct.pack("<QQ", transfer_id, nbytes))
+            assert _until_closed(sock, 5) == b""
+        assert until(lambda: _counts().get("refused", 0) == refused + 1, 5)
+        assert _inbox()["held_bytes"] == 0
+    assert large == []
+    _serves_large_tensors()
+
+
+def test_a_transfer_cut_mid_body_gives_its_bytes_back() -> None:
+    failed = _counts().get("failed", 0)
+    held = _inbox()["held_bytes"]
+    with _authenticated() as sock:
+        sock.sendall(struct.pack("<QQ", 7, MiB) + bytes(100_000))
+        assert until(lambda: _inbox()["held_bytes"] == held + MiB, 5)
+    assert until(lambda: _inbox()["held_bytes"] == held, 5)
+    assert _counts().get("failed", 0) == failed + 1
+    _serves_large_tensors()
+
+
+# -- TLS: no lane --------------------------------------------------------------------------------
+
+
+def tls_body(rank: int, world_size: int) -> Any:
+    if rank != 0:
+        return None
+    me = agent_mod.current()
+    x = np.random.rand(MiB // 8)
+    t = gw.tensor(np.random.rand(512, 512), requires_grad=True)
+    return {
+        "bulk_addresses": [me.by_name[n].bulk_address for n in ("worker0", "worker1")],
+        "equal": bool(
+            np.array_equal(rpc.rpc_sync(1, echo, (x,)), x)
+            and np.array_equal(rpc.rpc_sync(1, echo, (t,)).detach().numpy(), t.detach().numpy())
+        ),
+        "debug_entry": "bulk_lane" in rpc.get_debug_info(),
+        "counters": bulk.stats(),
+    }
+
+
+def test_under_tls_there_is_no_lane_and_large_tensors_still_travel(
+    pki: dict[str, bytes],  # noqa: F811 - the fixture imported above
+) -> None:
+    tls = {"tls_cert": pki["cert"], "tls_key": pki["key"], "tls_ca": pki["ca"]}
+    results = run_cluster(
+        2, tls_body, options={"use_unix_socket": False, "shm_transfer": False, **tls}
+    )
+    out = results[0].value
+    assert out["bulk_addresses"] == ["", ""]
+    assert out["equal"] is True
+    assert out["debug_entry"] is False
+    assert out["counters"] == {}
