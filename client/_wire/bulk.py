@@ -44,6 +44,7 @@ __all__ = [
     "install",
     "uninstall",
     "offer",
+    "takes",
     "receive",
     "stats",
     "MAX_TRANSFER_BYTES",
@@ -97,6 +98,17 @@ def stats() -> dict[str, int]:
     could not send: the bytes streamed), ``refused`` and ``failed``."""
     with _counts_lock:
         return dict(_counts)
+
+
+def takes(peer: str, nbytes: int) -> bool:
+    """Whether a tensor of ``nbytes`` for ``peer`` would be offered to its bulk lane."""
+    route = _route
+    return (
+        route is not None
+        and bool(peer)
+        and nbytes <= MAX_TRANSFER_BYTES
+        and (route(peer, nbytes) is not None)
+    )
 
 
 def offer(peer: str, arr: np.ndarray) -> pb.BulkRef | None:

@@ -46,7 +46,7 @@ from .._proto import worker_pb2 as pb
 from ..errors import SerializationError
 from .shm_pool import CACHED, DATA_OFFSET, LEASED, RETIRED, TICKET, SegmentPool, header_words
 
-__all__ = ["Route", "set_route", "offer", "receive", "cancel", "stats", "reset_stats"]
+__all__ = ["Route", "set_route", "takes", "offer", "receive", "cancel", "stats", "reset_stats"]
 
 #: ``route(peer_name) -> pool or None``: the pool for a same-host peer, None to stream.
 Route = Callable[[str], "SegmentPool | None"]
@@ -69,6 +69,13 @@ def set_route(route: Route | None) -> None:
     """Install the function that maps a destination name to its pool (None: always stream)."""
     global _route
     _route = route
+
+
+def takes(peer: str, nbytes: int) -> bool:
+    """Whether a tensor of ``nbytes`` for ``peer`` would be offered to shared memory."""
+    route = _route
+    pool = route(peer) if route is not None and peer else None
+    return pool is not None and nbytes >= pool.threshold
 
 
 def offer(peer: str, arr: np.ndarray) -> pb.SharedMemoryRef | None:

@@ -16,7 +16,7 @@ import grpc
 
 from ..._proto import worker_pb2 as pb
 from ..._tensor import Tensor
-from ..._wire import calls
+from ..._wire import bulk, calls, shm
 from ..._wire.exceptions import decode_exception, encode_exception
 from ..._wire.framing import Assembler, Frame
 from ..._wire.pickler import EncodeContext
@@ -148,8 +148,8 @@ class RRefFetch:
     def serve_now(self, request: pb.FetchRequest, caller_id: int) -> Reply | None:
         """The FetchRRef answer made on the calling thread (the I/O loop's), or None when it
         must be made on the serving pool: the value is not set yet, is not a plain CPU tensor
-        (or None, bool, int, float) of at most ``single_frame_bytes``, or the fetch
-        carries dist-autograd metadata. Encoding such a value runs no user code (no reducer,
+        (or None, bool, int, float) of at most ``single_frame_bytes``, is a tensor for the
+        caller's bulk lane, or the fetch carries dist-autograd metadata. Encoding such a value runs no user code (no reducer,
         no hook) and copies no more than the one-frame reply the loop assembles anyway, so the
         latency path skips a hand-off to the pool and back.
         """
@@ -167,6 +167,9 @@ class RRefFetch:
             size = value.numel() * value.element_size()
             if value.is_cuda or size > svc.ctx.options.single_frame_bytes:
                 return None
+            peer = svc.ctx.peer_name(caller_id)
+            if bulk.takes(peer, size) and not shm.takes(peer, size):
+                return None  # its bytes go over the bulk lane, which the loop never waits on
         elif value is not None and type(value) not in _PLAIN:
             return None
         svc.emit("FetchRRef", "received", from_gid(request.rref_id), None, caller_id)

@@ -45,6 +45,7 @@ from ..._wire import bulk
 from ..._wire.framing import byte_view
 from ..cluster.context import WorkerContext
 from ..cluster.events import AgentState, ClusterEvents
+from .loop import in_loop_thread
 
 __all__ = ["BulkLane", "MAGIC", "HANDSHAKE_SECONDS", "CONNECTIONS_PER_PEER", "mac"]
 
@@ -275,6 +276,8 @@ class BulkLane:
         return lambda arr: self._send(peer_name, peer.bulk_address, arr)
 
     def _send(self, peer_name: str, address: str, arr: np.ndarray) -> int | None:
+        if in_loop_thread():  # the I/O loop never waits on a socket: these bytes stream
+            return None
         conn = self._take(peer_name, address)
         if conn is None:
             return None
