@@ -27,8 +27,8 @@ from gradwire._wire.framing import (
     decode_frame,
     encode_frame,
     one_frame,
-    pack_batch,
     split,
+    split_batches,
     unpack_batch,
 )
 from gradwire.errors import (
@@ -205,8 +205,9 @@ class WorkerServicer:
                 await wake.wait()
                 wake.clear()
                 if ready:
-                    out, ready[:] = pack_batch(ready), []
-                    yield out
+                    out, ready[:] = list(ready), []
+                    for batch in split_batches(out):  # each within gRPC's message limit
+                        yield batch
                 if reader.done() and running == 0 and not ready:
                     break
             error = reader.exception()

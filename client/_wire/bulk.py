@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ __all__ = [
     "Inbox",
     "install",
     "uninstall",
+    "cancel",
     "offer",
     "takes",
     "receive",
@@ -66,24 +67,36 @@ _TAKEN_MEMORY = 4096
 Send = Callable[[np.ndarray], "int | None"]
 #: ``route(peer_name, nbytes) -> send`` or None: the runtime's sending side.
 Route = Callable[[str, int], "Send | None"]
+#: ``cancel(peer_name, transfer ids)``: tell the peer its transfers will not be named.
+Cancel = Callable[[str, list[int]], None]
 
 _route: Route | None = None
+_cancel: Cancel | None = None
 _inbox: Inbox | None = None
 _counts: Counter[str] = Counter()
 _counts_lock = threading.Lock()
 
 
-def install(route: Route, inbox: Inbox) -> None:
+def install(route: Route, cancel: Cancel, inbox: Inbox) -> None:
     """Install the running worker's sending side and its inbox."""
-    global _route, _inbox
-    _route, _inbox = route, inbox
+    global _route, _cancel, _inbox
+    _route, _cancel, _inbox = route, cancel, inbox
 
 
 def uninstall(inbox: Inbox) -> None:
     """Remove what :func:`install` put in place with ``inbox`` (every tensor streams again)."""
-    global _route, _inbox
+    global _route, _cancel, _inbox
     if _inbox is inbox:
-        _route, _inbox = None, None
+        _route, _cancel, _inbox = None, None, None
+
+
+def cancel(peer: str, metas: Iterable[pb.TensorMeta]) -> None:
+    """The message carrying ``metas`` will not be sent (its encoding failed): tell ``peer`` to
+    drop their transfers now rather than hold them until they are stale."""
+    ids = [meta.bulk.transfer_id for meta in metas if meta.HasField("bulk")]
+    send = _cancel
+    if ids and send is not None and peer:
+        send(peer, ids)
 
 
 def _count(what: str, nbytes: int = 0) -> None:
@@ -159,7 +172,7 @@ def receive(meta: pb.TensorMeta, peer: str, dtype: np.dtype) -> np.ndarray:
 class _Entry:
     """One transfer: its buffer once its header came, and whether it is complete."""
 
-    __slots__ = ("buf", "done", "error", "arrived", "progress", "born")
+    __slots__ = ("buf", "done", "error", "arrived", "progress", "born", "cancelled")
 
     def __init__(self) -> None:
         self.buf: np.ndarray | None = None
@@ -168,6 +181,7 @@ class _Entry:
         self.arrived = False  # its header came (the reader owns it until done)
         self.progress = time.monotonic()  # last time bytes came
         self.born = self.progress
+        self.cancelled = False  # its sender cancelled it while its bytes came: drop at the end
 
 
 class Inbox:
@@ -190,19 +204,24 @@ class Inbox:
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._taken: OrderedDict[tuple[str, int], None] = OrderedDict()
+        #: Cancelled before their bytes came: dropped when they come.
+        self._cancelled: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._held = 0  # bytes of arrived transfers not taken yet
         self._closed = False
 
     # -- the reader's side ---------------------------------------------------------------------
 
     def begin(self, peer: str, transfer_id: int, nbytes: int) -> np.ndarray | None:
-        """A transfer's header came: the array to read its bytes into, or None when it is
-        refused (too large, over the limit, or a transfer id already used); a waiting take
-        then fails at once with the reason."""
+        """A transfer's header came: the array to read its bytes into, or None when its bytes
+        are to be read and dropped: refused (too large, over the limit, or a transfer id
+        already used; a waiting take then fails at once with the reason) or cancelled."""
         key = (peer, transfer_id)
         now = time.monotonic()
         with self._lock:
             self._sweep(now)
+            if key in self._cancelled:  # its sender gave up on it: read and drop
+                del self._cancelled[key]
+                return None
             entry = self._entries.get(key)
             reason = ""
             if self._closed:
@@ -246,10 +265,44 @@ class Inbox:
 
     def complete(self, peer: str, transfer_id: int) -> None:
         """Every byte of the transfer came."""
-        entry = self._entries.get((peer, transfer_id))
-        if entry is not None:
-            _count("received", 0 if entry.buf is None else entry.buf.nbytes)
-            entry.done.set()
+        key = (peer, transfer_id)
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        _count("received", 0 if entry.buf is None else entry.buf.nbytes)
+        if entry.cancelled:
+            self._drop(key, entry)
+        entry.done.set()
+
+    def cancel(self, peer: str, transfer_id: int) -> None:
+        """The sender will never name the transfer: drop it (now, or when its bytes came)."""
+        key = (peer, transfer_id)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                if key not in self._taken:
+                    self._cancelled[key] = None
+                    while len(self._cancelled) > _TAKEN_MEMORY:
+                        self._cancelled.popitem(last=False)
+                return
+            _count("cancelled")
+            if not entry.arrived:  # a take waits for it: it will not come
+                entry.arrived = True
+                entry.error = f"the bulk-lane transfer {transfer_id} from {peer!r} was cancelled"
+                entry.done.set()
+                return
+            if not entry.done.is_set():
+                entry.cancelled = True  # its reader drops it when the bytes are in
+                return
+        self._drop(key, entry)
+
+    def _drop(self, key: tuple[str, int], entry: _Entry) -> None:
+        with self._lock:
+            if self._entries.get(key) is entry:
+                del self._entries[key]
+                if entry.buf is not None:
+                    self._held -= entry.buf.nbytes
+                    entry.buf = None
 
     def fail(self, peer: str, transfer_id: int, why: str) -> None:
         """The transfer will not complete (its connection broke): a take fails with ``why``."""
@@ -274,6 +327,10 @@ class Inbox:
         """
         key = (peer, transfer_id)
         with self._lock:
+            if self._closed:
+                raise SerializationError(
+                    f"bulk-lane transfer {transfer_id} from {peer!r}: this worker is shutting down"
+                )
             if key in self._taken:
                 raise SerializationError(
                     f"bulk-lane transfer {transfer_id} from {peer!r} was taken already (a "

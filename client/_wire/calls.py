@@ -14,11 +14,11 @@ from typing import Any
 
 from .._proto import worker_pb2 as pb
 from ..errors import SerializationError
-from . import pickler, shm
+from . import bulk, pickler, shm
 from .framing import Message
 from .policy import origin_of
 
-__all__ = ["function_name", "encode_body", "decode_body", "NO_SELF"]
+__all__ = ["function_name", "encode_body", "decode_body", "give_back", "NO_SELF"]
 
 #: Marker for "no bound self" in a call body.
 NO_SELF = None
@@ -73,6 +73,14 @@ def _function_name(fn: Any) -> tuple[str, Any]:
     return f"{module}:{qualname}", bound_self
 
 
+def give_back(ctx: pickler.EncodeContext) -> None:
+    """A message that will not be sent: its shared-memory segments go back to their pool and
+    its bulk-lane transfers are cancelled (the receiver drops them at once)."""
+    metas = [meta for meta, _ in ctx.tensors]
+    shm.cancel(metas)
+    bulk.cancel(ctx.peer, metas)
+
+
 def encode_body(
     first: pb.FrameHeader, body: Any, ctx: pickler.EncodeContext
 ) -> tuple[pb.FrameHeader, list[Any]]:
@@ -84,7 +92,7 @@ def encode_body(
     try:
         data = pickler.dumps(body, ctx)
     except BaseException:
-        shm.cancel(meta for meta, _ in ctx.tensors)  # segments already filled go back at once
+        give_back(ctx)  # segments already filled, transfers already sent: at once
         raise
     payload = first.payload
     payload.pickle_nbytes = len(data)

@@ -33,7 +33,9 @@ __all__ = [
     "split",
     "assemble_one",
     "pack_batch",
+    "split_batches",
     "unpack_batch",
+    "BATCH_BYTES",
     "ALLOWED_DTYPES",
     "DEFAULT_CHUNK_BYTES",
     "DEFAULT_SINGLE_FRAME_BYTES",
@@ -112,6 +114,27 @@ def decode_frame(data: bytes) -> Frame:
 def pack_batch(frames: Sequence[bytes]) -> bytes:
     """Encoded frames as one ``CallPipe`` message: each ``[u32 little-endian N][N bytes]``."""
     return b"".join(part for f in frames for part in (_LEN.pack(len(f)), f))
+
+
+#: Most bytes of frames one ``CallPipe`` message carries, unless one frame alone is larger
+#: (a frame is at most ``single_frame_bytes``; gRPC's message limit leaves room for one).
+BATCH_BYTES = 1 << 20
+
+
+def split_batches(frames: Sequence[bytes], limit: int = BATCH_BYTES) -> Iterator[bytes]:
+    """``frames`` as consecutive ``CallPipe`` messages, each of at most ``limit`` bytes of
+    frames or one frame alone (so no message passes gRPC's limit however many large frames
+    are ready at once)."""
+    batch: list[bytes] = []
+    size = 0
+    for frame in frames:
+        if batch and size + len(frame) > limit:
+            yield pack_batch(batch)
+            batch, size = [], 0
+        batch.append(frame)
+        size += len(frame)
+    if batch:
+        yield pack_batch(batch)
 
 
 def unpack_batch(data: bytes) -> list[memoryview]:

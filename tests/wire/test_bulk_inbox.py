@@ -21,7 +21,9 @@ PEER = "sender"
 NEVER_STALE = 600.0
 
 
-def _inbox(limit: int = 1 << 20, max_transfer: int = 1 << 20, stale: float = NEVER_STALE) -> bulk.Inbox:
+def _inbox(
+    limit: int = 1 << 20, max_transfer: int = 1 << 20, stale: float = NEVER_STALE
+) -> bulk.Inbox:
     return bulk.Inbox(limit, max_transfer, stale)
 
 
@@ -186,6 +188,43 @@ def test_close_wakes_every_waiting_take_and_refuses_what_comes_next(
         inbox.take(PEER, 3, 8)  # its bytes were freed: it cannot be taken any more
 
 
+def test_a_cancelled_transfer_is_dropped_whether_its_bytes_came_before_during_or_after() -> None:
+    inbox = _inbox()
+    _deliver(inbox, 1, b"x" * 1000)  # before: dropped at once
+    inbox.cancel(PEER, 1)
+    assert _held(inbox) == 0 and inbox.info()["waiting"] == 0
+
+    buf = inbox.begin(PEER, 2, 1000)  # during: dropped when its bytes are in
+    assert buf is not None
+    inbox.cancel(PEER, 2)
+    assert _held(inbox) == 1000
+    inbox.complete(PEER, 2)
+    assert _held(inbox) == 0 and inbox.info()["waiting"] == 0
+
+    inbox.cancel(PEER, 3)  # after: its bytes are read and dropped, never held
+    assert inbox.begin(PEER, 3, 1000) is None
+    assert _held(inbox) == 0 and inbox.info()["waiting"] == 0
+    _deliver(inbox, 4, b"y" * 10)  # the next transfer is taken as usual
+    assert bytes(inbox.take(PEER, 4, 10)) == b"y" * 10
+
+
+def test_a_cancel_wakes_a_take_that_waits_for_it(takes: ThreadPoolExecutor) -> None:
+    inbox = _inbox()
+    fut = _waiting_take(takes, inbox, 5, 100)
+    inbox.cancel(PEER, 5)
+    with pytest.raises(SerializationError, match="cancelled"):
+        fut.result(5)
+
+
+def test_a_take_after_close_fails_at_once() -> None:
+    inbox = _inbox()
+    inbox.close()
+    started = time.monotonic()
+    with pytest.raises(SerializationError, match="shutting down"):
+        inbox.take(PEER, 1, 10)
+    assert time.monotonic() - started < 0.5
+
+
 def test_a_transfer_that_never_came_fails_its_take_within_the_header_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -302,7 +341,11 @@ def lane() -> Iterator[tuple[bulk.Inbox, list[int]]]:
 
         return send
 
-    bulk.install(route, inbox)
+    def cancel(peer: str, transfer_ids: list[int]) -> None:
+        for transfer_id in transfer_ids:
+            inbox.cancel(peer, transfer_id)
+
+    bulk.install(route, cancel, inbox)
     try:
         yield inbox, sent
     finally:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..._proto import worker_pb2 as pb
-from ..._wire import calls, pickler, shm
+from ..._wire import calls, pickler
 from ..._wire.exceptions import encode_exception
 from ..._wire.framing import Frame, Message, assemble_one, one_frame
 from ..._wire.pickler import EncodeContext
@@ -385,7 +385,7 @@ class Callee:
             # The value never leaves: give back the RRef forks made while encoding it, and the
             # shared-memory segments already filled.
             self._rrefs.abandon_payload(ctx)
-            shm.cancel(meta for meta, _ in ctx.tensors)
+            calls.give_back(ctx)
             if isinstance(exc, SerializationError) and "result of" not in str(exc):
                 exc = SerializationError(f"result of {call.function} cannot be sent: {exc}")
             return self.encode_error(call, exc)

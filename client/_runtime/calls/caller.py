@@ -209,7 +209,7 @@ class Caller:
         except BaseException:
             # Nothing left: give back the RRef forks made while encoding the arguments.
             self._abandon(ctx)
-            shm.cancel(meta for meta, _ in ctx.tensors)  # and the shared-memory segments
+            calls.give_back(ctx)  # and the shared-memory segments and bulk-lane transfers
             raise
         return first, buffers, ctx
 

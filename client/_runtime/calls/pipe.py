@@ -27,14 +27,13 @@ from typing import Any
 
 import grpc
 
-from ..._wire.framing import Frame, decode_frame, pack_batch, unpack_batch
+from ..._wire.framing import BATCH_BYTES, Frame, decode_frame, pack_batch, unpack_batch
 from .streams import StreamFailed, Watchdog
 
 __all__ = ["Pipe", "PipeClosed"]
 
 log = logging.getLogger(__name__)
-#: A batch stops growing at this many bytes (frames beyond it wait for the next message).
-BATCH_BYTES = 1 << 20
+#: Put in the outbox to end the stream (a batch stops growing at ``BATCH_BYTES``).
 _END = None
 #: done(reply frame or None, error or None): called once per call, on the pipe's reader thread,
 #: the watchdog's thread or the submitting thread; it must not block.
@@ -126,8 +125,10 @@ class Pipe:
 
     def _requests(self) -> Iterator[bytes]:
         """gRPC's request-feeding thread: one message per batch of waiting frames."""
+        carry: Any = None  # a frame that did not fit the last batch: it opens the next one
         while True:
-            first = self._outbox.get()
+            first = carry if carry is not None else self._outbox.get()
+            carry = None
             if first is _END:
                 return
             frames, size, end = [first], len(first), False
@@ -138,6 +139,9 @@ class Pipe:
                     break
                 if more is _END:
                     end = True
+                    break
+                if size + len(more) > BATCH_BYTES:  # within gRPC's message limit
+                    carry = more
                     break
                 frames.append(more)
                 size += len(more)

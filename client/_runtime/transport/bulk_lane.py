@@ -55,6 +55,8 @@ MAGIC = b"GWBULK1\0"
 _NONCE_BYTES = 32
 _NAME_LEN = struct.Struct("<H")
 _TRANSFER = struct.Struct("<QQ")
+#: ``nbytes`` of a transfer header that cancels the transfer of that id (no bytes follow).
+CANCEL = (1 << 64) - 1
 #: Seconds a new connection has to complete its handshake (both sides).
 HANDSHAKE_SECONDS = 5.0
 #: Connections being authenticated at once; more are closed at accept.
@@ -98,6 +100,32 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> b
             raise ConnectionError(f"connection closed after {got} of {n} bytes")
         got += k
     return bytes(buf)
+
+
+def _discard(sock: socket.socket, nbytes: int) -> None:
+    """Read and drop ``nbytes`` (a refused or cancelled transfer; the next one follows)."""
+    scratch = memoryview(bytearray(min(nbytes, _RECV_CHUNK) or 1))
+    while nbytes:
+        k = sock.recv_into(scratch[: min(nbytes, len(scratch))])
+        if not k:
+            raise ConnectionError("connection closed in a dropped transfer")
+        nbytes -= k
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """Whether an idle connection is still usable: the peer neither closed it nor sent on it
+    (a lane never sends after the handshake)."""
+    try:
+        sock.setblocking(False)
+        try:
+            sock.recv(1, socket.MSG_PEEK)
+        finally:
+            sock.settimeout(bulk.STALL_SECONDS)
+    except BlockingIOError:  # nothing to read: open and quiet
+        return True
+    except OSError:
+        return False
+    return False  # b"" (closed) or unexpected bytes
 
 
 def _keepalive(sock: socket.socket) -> None:
@@ -245,14 +273,26 @@ class BulkLane:
             if head is None:
                 return
             transfer_id, nbytes = _TRANSFER.unpack(head)
-            buf = inbox.begin(peer, transfer_id, nbytes)
-            if buf is None:  # refused (the take says why): the rest of this stream is lost
-                log.warning("bulk lane of %s: refused a transfer from %s", self._ctx.name, peer)
+            if nbytes == CANCEL:
+                inbox.cancel(peer, transfer_id)
+                continue
+            if nbytes > bulk.MAX_TRANSFER_BYTES:  # no sender announces that: not a lane peer
+                inbox.begin(peer, transfer_id, nbytes)  # refused: a take says why
+                log.warning(
+                    "bulk lane of %s: %s announced a transfer of %d bytes; connection closed",
+                    self._ctx.name,
+                    peer,
+                    nbytes,
+                )
                 return
+            buf = inbox.begin(peer, transfer_id, nbytes)
             conn.settimeout(bulk.STALL_SECONDS)
-            view = byte_view(buf)
-            got = 0
             try:
+                if buf is None:  # refused (a take says why) or cancelled: read and drop
+                    _discard(conn, nbytes)
+                    continue
+                view = byte_view(buf)
+                got = 0
                 while got < nbytes:
                     k = conn.recv_into(view[got : got + _RECV_CHUNK])
                     if not k:
@@ -292,6 +332,22 @@ class BulkLane:
         self._give_back(peer_name, conn)
         return transfer_id
 
+    def cancel(self, peer_name: str, transfer_ids: list[int]) -> None:
+        """The wire's cancel: tell ``peer_name`` to drop transfers no message will name (on
+        any connection; one that cannot be had leaves them to the peer's stale sweep)."""
+        peer = self._ctx.peers.by_name.get(peer_name)
+        if peer is None or not peer.bulk_address or in_loop_thread():
+            return
+        conn = self._take(peer_name, peer.bulk_address)
+        if conn is None:
+            return
+        try:
+            conn.sendall(b"".join(_TRANSFER.pack(i, CANCEL) for i in transfer_ids))
+        except OSError:
+            self._drop(peer_name, conn)
+            return
+        self._give_back(peer_name, conn)
+
     def _take(self, peer_name: str, address: str) -> socket.socket | None:
         with self._lock:
             if self._closed:
@@ -299,8 +355,12 @@ class BulkLane:
             links = self._links.get(peer_name)
             if links is None or links.address != address:
                 links = self._links[peer_name] = _PeerLinks(address)
-            if links.idle:
-                return links.idle.pop()
+            while links.idle:
+                conn = links.idle.pop()
+                if _still_open(conn):
+                    return conn
+                conn.close()  # the peer closed it (it restarted, or refused us): open another
+                links.open -= 1
             if links.open >= CONNECTIONS_PER_PEER or time.monotonic() < links.unreachable_until:
                 return None
             links.open += 1
@@ -361,7 +421,7 @@ class BulkLane:
 
     def _on_state(self, state: AgentState) -> None:
         if state == AgentState.RUNNING:
-            bulk.install(self.route, self.inbox)
+            bulk.install(self.route, self.cancel, self.inbox)
         elif state == AgentState.SHUTDOWN:
             self.close()
 
