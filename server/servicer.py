@@ -19,6 +19,7 @@ from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
 from gradwire._runtime.calls.callee import Reply, until_done
 from gradwire._runtime.rref.errors import RRefProtocolError
+from gradwire._runtime.rref.fetch import OFF_LOOP
 from gradwire._runtime.transport.transport import SERVICE
 from gradwire._wire.framing import (
     Assembler,
@@ -402,13 +403,20 @@ class WorkerServicer:
 
     async def _fetch(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         """FetchRRef's Reply: made right here on the loop when the value is set and plain
-        (``RRefFetch.serve_now``: no user code runs, no hand-off to the pool and back), else
-        by the FetchRRef handler on the serving pool (which also answers every error)."""
+        (``RRefFetch.serve_now``: no user code runs, no hand-off to the pool and back; a
+        tensor for the caller's bulk lane on one of the loop's executor threads, since the
+        loop never waits on a socket and a busy pool must not delay it), else by the
+        FetchRRef handler on the serving pool (which also answers every error)."""
         fetch = getattr(self._agent.rref, "fetch", None)
         if fetch is not None and isinstance(request, pb.FetchRequest):
+            caller = _caller_id(context, self._agent.is_member)
             try:
                 self._check_alive()
-                reply = fetch.serve_now(request, _caller_id(context, self._agent.is_member))
+                reply = fetch.serve_now(request, caller, may_block=False)
+                if reply is OFF_LOOP:  # a tensor for the caller's bulk lane: a thread sends it
+                    reply = await asyncio.get_running_loop().run_in_executor(
+                        None, fetch.serve_now, request, caller
+                    )
             except Exception:  # noqa: BLE001 - the pool path answers, and reports it
                 reply = None
             if reply is not None:

@@ -19,10 +19,11 @@ to the sender's tensor do not travel, and the receiver's array is its own.
 
 What a peer can make the receiver do is bounded (docs/security.md): one transfer is at most
 ``MAX_TRANSFER_BYTES`` and ``max_message_bytes``; bytes received and not taken yet are at most
-the inbox's limit (a transfer past it is refused and its connection closed); a transfer nobody
-takes is dropped after ``stale_seconds``; a take waits at most ``HEADER_WAIT_SECONDS`` for a
-transfer whose first bytes have not come, and at most ``STALL_SECONDS`` without progress for
-one that is coming.
+the inbox's limit (a transfer past it is refused: its bytes are read and dropped); a transfer
+nobody takes is dropped after ``stale_seconds``, one its sender cancelled at once; a take fails
+at once when no connection from the sender is open and the transfer is not here, waits at most
+``HEADER_WAIT_SECONDS`` for a transfer whose first bytes have not come, and at most
+``STALL_SECONDS`` without progress for one that is coming.
 """
 
 from __future__ import annotations
@@ -208,8 +209,23 @@ class Inbox:
         self._cancelled: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._held = 0  # bytes of arrived transfers not taken yet
         self._closed = False
+        #: Authenticated connections open from each sender: a take for a sender with none
+        #: and no transfer of that id fails at once (its bytes cannot be on their way).
+        self._live: Counter[str] = Counter()
 
     # -- the reader's side ---------------------------------------------------------------------
+
+    def connected(self, peer: str) -> None:
+        """A connection from ``peer`` passed the handshake (before it is told so)."""
+        with self._lock:
+            self._live[peer] += 1
+
+    def disconnected(self, peer: str) -> None:
+        """A connection from ``peer`` ended (after its last transfer was read)."""
+        with self._lock:
+            self._live[peer] -= 1
+            if self._live[peer] <= 0:
+                del self._live[peer]
 
     def begin(self, peer: str, transfer_id: int, nbytes: int) -> np.ndarray | None:
         """A transfer's header came: the array to read its bytes into, or None when its bytes
@@ -338,13 +354,18 @@ class Inbox:
                 )
             entry = self._entries.get(key)
             if entry is None:
+                if not self._live[peer]:
+                    raise SerializationError(
+                        f"bulk-lane transfer {transfer_id} from {peer!r} is not here and no "
+                        "bulk-lane connection from that worker is open: its bytes cannot come"
+                    )
                 entry = self._entries[key] = _Entry()
         while not entry.done.wait(1.0):
             now = time.monotonic()
             if entry.arrived:
                 late = now - entry.progress > STALL_SECONDS
-            else:
-                late = now - entry.born > HEADER_WAIT_SECONDS
+            else:  # not started: its sender's connections ended without it, or too long
+                late = not self._live[peer] or now - entry.born > HEADER_WAIT_SECONDS
             if late or self._closed:
                 with self._lock:
                     if self._entries.get(key) is entry and not entry.arrived:

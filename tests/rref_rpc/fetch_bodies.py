@@ -44,7 +44,11 @@ def fetch_paths(rank: int, world_size: int) -> dict[str, Any]:
         rref.to_here(timeout=30)  # created and set
     blocker = rpc.rpc_async("worker1", sleep_then, (BLOCK_SECONDS, "slept"))
     time.sleep(0.5)  # the blocker holds worker1's only serving thread
+    from gradwire._wire import bulk
+
+    taken = bulk.stats().get("taken", 0)
     value, out["tensor_seconds"] = _timed(tensor)
+    out["tensor_over_bulk_lane"] = bulk.stats().get("taken", 0) - taken
     out["tensor_sum"] = float(value.sum())
     out["number"], out["number_seconds"] = _timed(number)
     out["listed"], out["listed_seconds"] = _timed(listed)

@@ -1,5 +1,6 @@
-"""to_here() of a ready plain value is answered on the owner's I/O loop; other values, whose
-encoding may run user code (reducers), on its serving pool (docs/architecture.md, "Where a
+"""to_here() of a ready plain value is answered on the owner's I/O loop (a tensor for the
+caller's bulk lane by a thread of the loop's executor); other values, whose encoding may run
+user code (reducers), on its serving pool (docs/architecture.md, "Where a
 call's time goes")."""
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ def test_ready_plain_values_skip_the_busy_pool_others_wait_for_it(options):
     )[0].value
     assert out["early"] == [0.0, 1.0, 2.0, 3.0]
     assert out["tensor_sum"] == float(1 << 16) and out["number"] == 7
+    # Over TCP the 256 KiB tensor took the bulk lane (sent by a thread of the owner's loop,
+    # not its busy pool); on one host, shared memory.
+    assert out["tensor_over_bulk_lane"] == (1 if options is TCP else 0)
     assert out["listed"] == [1, 2] and out["blocker"] == "slept"
     # The blocker held the only serving thread for BLOCK_SECONDS from 0.5 s before the first
     # fetch: a fetch served by the pool waits for it, one served on the loop does not.

@@ -24,7 +24,10 @@ NEVER_STALE = 600.0
 def _inbox(
     limit: int = 1 << 20, max_transfer: int = 1 << 20, stale: float = NEVER_STALE
 ) -> bulk.Inbox:
-    return bulk.Inbox(limit, max_transfer, stale)
+    """An inbox with one connection open from PEER (as after its handshake)."""
+    inbox = bulk.Inbox(limit, max_transfer, stale)
+    inbox.connected(PEER)
+    return inbox
 
 
 def _deliver(inbox: bulk.Inbox, transfer_id: int, data: bytes, peer: str = PEER) -> None:
@@ -223,6 +226,29 @@ def test_a_take_after_close_fails_at_once() -> None:
     with pytest.raises(SerializationError, match="shutting down"):
         inbox.take(PEER, 1, 10)
     assert time.monotonic() - started < 0.5
+
+
+def test_a_take_from_a_sender_without_a_connection_fails_at_once() -> None:
+    inbox = _inbox()
+    started = time.monotonic()
+    with pytest.raises(SerializationError, match="no bulk-lane connection"):
+        inbox.take("stranger", 1, 10)
+    assert time.monotonic() - started < 0.5
+    _deliver(inbox, 2, b"a" * 10)  # what came before its connection ended is still taken
+    inbox.disconnected(PEER)
+    assert bytes(inbox.take(PEER, 2, 10)) == b"a" * 10
+
+
+def test_a_waiting_take_fails_when_its_senders_last_connection_ends(
+    takes: ThreadPoolExecutor,
+) -> None:
+    inbox = _inbox()
+    fut = _waiting_take(takes, inbox, 3, 10)
+    inbox.disconnected(PEER)
+    started = time.monotonic()
+    with pytest.raises(SerializationError, match="never came"):
+        fut.result(5)
+    assert time.monotonic() - started < 2.5  # one tick, not the header wait
 
 
 def test_a_transfer_that_never_came_fails_its_take_within_the_header_wait(

@@ -32,7 +32,10 @@ from .service import RRefService
 from .value import ValueSlot
 from .wire import from_gid, to_gid
 
-__all__ = ["RRefFetch"]
+__all__ = ["RRefFetch", "OFF_LOOP"]
+
+#: ``serve_now``'s answer on the loop for a value to encode on a thread that may block.
+OFF_LOOP = object()
 
 #: Values other than tensors that ``serve_now`` encodes on the I/O loop (no user code runs).
 _PLAIN = (bool, int, float)
@@ -145,11 +148,17 @@ class RRefFetch:
         slot.add_done_callback(ready)
         return out
 
-    def serve_now(self, request: pb.FetchRequest, caller_id: int) -> Reply | None:
+    def serve_now(
+        self, request: pb.FetchRequest, caller_id: int, may_block: bool = True
+    ) -> Reply | None | object:
         """The FetchRRef answer made on the calling thread (the I/O loop's), or None when it
         must be made on the serving pool: the value is not set yet, is not a plain CPU tensor
         (or None, bool, int, float) of at most ``single_frame_bytes``, is a tensor for the
-        caller's bulk lane, or the fetch carries dist-autograd metadata. Encoding such a value runs no user code (no reducer,
+        caller's bulk lane, or the fetch carries dist-autograd metadata.
+
+        ``may_block`` False (the I/O loop, which never waits on a socket): a tensor for the
+        caller's bulk lane is not encoded here; ``OFF_LOOP`` says to call again from a thread
+        that may block (not the serving pool: a busy pool must not delay a ready value). Encoding such a value runs no user code (no reducer,
         no hook) and copies no more than the one-frame reply the loop assembles anyway, so the
         latency path skips a hand-off to the pool and back.
         """
@@ -168,8 +177,8 @@ class RRefFetch:
             if value.is_cuda or size > svc.ctx.options.single_frame_bytes:
                 return None
             peer = svc.ctx.peer_name(caller_id)
-            if bulk.takes(peer, size) and not shm.takes(peer, size):
-                return None  # its bytes go over the bulk lane, which the loop never waits on
+            if not may_block and bulk.takes(peer, size) and not shm.takes(peer, size):
+                return OFF_LOOP  # its bytes go over the bulk lane
         elif value is not None and type(value) not in _PLAIN:
             return None
         svc.emit("FetchRRef", "received", from_gid(request.rref_id), None, caller_id)

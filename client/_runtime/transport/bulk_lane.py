@@ -230,7 +230,10 @@ class BulkLane:
                 self._handshakes -= 1
         try:
             if peer:
-                self._read_transfers(conn, peer)
+                try:
+                    self._read_transfers(conn, peer)
+                finally:
+                    self.inbox.disconnected(peer)
         finally:
             with self._lock:
                 self._conns.discard(conn)
@@ -258,9 +261,15 @@ class BulkLane:
                 "bulk lane of %s: refused a connection: wrong cluster token", self._ctx.name
             )
             return ""
-        conn.sendall(b"\x01")
+        peer = name.decode("utf-8", "replace")
+        self.inbox.connected(peer)  # before the sender may send a message naming a transfer
+        try:
+            conn.sendall(b"\x01")
+        except OSError:
+            self.inbox.disconnected(peer)
+            raise
         _keepalive(conn)
-        return name.decode("utf-8", "replace")
+        return peer
 
     def _read_transfers(self, conn: socket.socket, peer: str) -> None:
         inbox = self.inbox
