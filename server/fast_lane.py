@@ -10,8 +10,11 @@ the executor, the handler runs the user's function right there, under the pool's
 (a handler blocked in a nested call lends its slot back, so call chains never deadlock).
 
 The fast lane listens on a second Unix socket in the worker's private socket directory
-(``WorkerInfo.local_call_address``), so only peers on the same host reach it; the asyncio server
-still serves every method, Call and Gradients included, for everyone else. The methods are
+(``WorkerInfo.local_call_address``) for peers on the same host, and on a TCP port of the main
+server's host (``WorkerInfo.call_address``; not under TLS) for the others; the asyncio server
+still serves every method, Call and Gradients included. Each open CallStream holds one of its
+threads (waiting for the next frame without a serving slot): a caller keeps at most
+``STREAMS_PER_PEER`` of them per address and closes those idle for ``STREAM_IDLE_SECONDS``. The methods are
 registered with gRPC (no Python lookup per call) and take their request as raw bytes: the
 handler checks the cluster token first and only then decodes (no interceptor, so nothing of
 gradwire runs on gRPC's polling thread). A call that arrives before this worker finished its
@@ -274,12 +277,14 @@ def _handlers(agent: Any, lane: _Lane) -> dict[str, grpc.RpcMethodHandler]:
 
 
 def start_fast_lane(agent: Any) -> grpc.Server | None:
-    """Start the fast lane of ``agent`` on ``agent.local_call_address`` (before the
-    rendezvous, which advertises it). None when it has none (Unix sockets off, or TLS on) or
-    when the socket cannot be bound: then ``local_call_address`` is cleared and same-host
-    peers send everything to the main server."""
+    """Start the fast lane of ``agent`` (before the rendezvous, which advertises it): on
+    ``agent.local_call_address`` for same-host peers, and on a TCP port of the main server's
+    host (``agent.call_port``) for the others. None when it has neither (TLS on, or nothing
+    can be bound): peers then send everything to the main server. A Unix socket that cannot
+    be bound clears ``local_call_address``."""
     address = agent.local_call_address
-    if not address:
+    tcp = agent.options.fast_lane_tcp and not agent.options.tls_enabled
+    if not address and not tcp:
         return None
     server = grpc.server(
         agent.pool,  # the serving pool is the executor: see the module docstring
@@ -291,13 +296,24 @@ def start_fast_lane(agent: Any) -> grpc.Server | None:
     )
     # Registered methods: gRPC core matches the path, no Python lookup per call.
     server.add_registered_method_handlers(SERVICE, _handlers(agent, _Lane(agent)))
-    try:
-        bound = server.add_insecure_port(address)
-    except RuntimeError:
-        bound = 0
-    if not bound:
-        log.warning("%s: no fast lane, cannot listen on %s", agent.name, address)
-        agent.local_call_address = ""
+    bound = 0
+    if address:
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError:
+            bound = 0
+        if not bound:
+            log.warning("%s: no fast lane, cannot listen on %s", agent.name, address)
+            agent.local_call_address = ""
+    if tcp:
+        host = agent.plan.listen.rpartition(":")[0]
+        try:
+            agent.call_port = server.add_insecure_port(f"{host}:0")
+        except RuntimeError:
+            agent.call_port = 0
+        if not agent.call_port:
+            log.warning("%s: no fast lane over TCP, cannot listen on %s", agent.name, host)
+    if not bound and not agent.call_port:
         return None
     server.start()
     return server

@@ -224,6 +224,8 @@ class Agent:
         self.control_events = ControlEvents()
         self.session = ""
         self.address = ""
+        #: TCP port of the fast lane (gradwire.server.fast_lane), 0 without one.
+        self.call_port = 0
         #: "unix:/path" this worker also serves on (same-host peers dial it), or "".
         self.local_address = self._unix_listener(stem)
         #: "unix:/path" of the fast lane (gradwire.server.fast_lane), or "".
@@ -281,6 +283,7 @@ class Agent:
         )
         self.liveness = Liveness(ctx, self.transport, events, control)
         self.shm_routes = ShmRoutes(ctx, events)
+        self.transport.fallback_of = self._fast_lane_fallback
         self.membership = Membership(ctx, self.transport, events, control)
         for handlers in (self.rref.handlers, self.autograd.handlers, self.membership.handlers):
             for method, handler in handlers.items():
@@ -301,6 +304,15 @@ class Agent:
         # closes fails then).
         events.on_peer_joined(self._welcome)
         events.on_peer_left(self._farewell)
+
+    def _fast_lane_fallback(self, address: str) -> str:
+        """The main address of the peer whose fast lane over TCP is ``address``, else ""."""
+        if address.startswith("unix:"):
+            return ""
+        for peer in list(self.by_name.values()):
+            if peer.call_dial == address and peer.dial != address:
+                return peer.dial
+        return ""
 
     def _serving(self) -> bool:
         return self.events.state not in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED)
@@ -399,6 +411,12 @@ class Agent:
         self.address = self.options.advertise_address or f"{host}:{port}"
         self._stop_server = stop
 
+    def _call_address(self) -> str:
+        """The fast lane's TCP address to advertise ("" without one)."""
+        if not self.call_port or not self.address or self.address.startswith("unix:"):
+            return ""
+        return f"{self.address.rpartition(':')[0]}:{self.call_port}"
+
     def _listen_bulk(self) -> str:
         """Start the bulk lane's listener on the gRPC server's host; the address to advertise
         ("" without one)."""
@@ -482,6 +500,7 @@ class Agent:
             local_address=self.local_address,
             local_call_address=self.local_call_address,
             bulk_address=self._listen_bulk(),
+            call_address=self._call_address(),
         )
         publish_devices(me, self.options.device_maps, self.options.devices)
         timeout = self.options.init_timeout

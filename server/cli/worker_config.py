@@ -245,6 +245,16 @@ JOIN_SETTINGS: tuple[Setting, ...] = (
         metavar="1|0",
     ),
     Setting(
+        "fast_lane_tcp",
+        "--fast-lane-tcp",
+        "GRADWIRE_FAST_LANE_TCP",
+        "also serve the latency-bound methods on a second TCP port, for peers on other hosts "
+        "(1/0; off with TLS)",
+        parse_bool,
+        True,
+        metavar="1|0",
+    ),
+    Setting(
         "bulk_lane",
         "--bulk-lane",
         "GRADWIRE_BULK_LANE",
@@ -356,6 +366,7 @@ class WorkerConfig:
             trust_everything=v["trust_everything"],
             callable_guard=not v["no_callable_guard"],
             use_unix_socket=v["unix_socket"],
+            fast_lane_tcp=v["fast_lane_tcp"],
             bulk_transfer=v["bulk_lane"],
             bulk_port=v["bulk_port"],
         )

@@ -25,8 +25,9 @@ from .fuzz_client import invoke
 from .fuzzgen import GENERATORS
 
 
-def test_plain_calls_take_the_fast_lane_and_deferred_ones_do_not() -> None:
-    results = run_cluster(2, lane_bodies.routing)
+@pytest.mark.parametrize("options", [{}, {"use_unix_socket": False}], ids=["unix-socket", "tcp"])
+def test_plain_calls_take_the_fast_lane_and_deferred_ones_do_not(options: dict[str, Any]) -> None:
+    results = run_cluster(2, lane_bodies.routing, options=options)
     r = results[0].value
     assert r["plain"] == list(range(10))
     assert r["big_equal"] is True
@@ -38,8 +39,9 @@ def test_plain_calls_take_the_fast_lane_and_deferred_ones_do_not() -> None:
     assert r["lane_calls"] == 7
 
 
-def test_no_fast_lane_without_unix_sockets() -> None:
-    results = run_cluster(2, lane_bodies.routing, options={"use_unix_socket": False})
+def test_no_fast_lane_without_unix_sockets_and_its_tcp_port() -> None:
+    options = {"use_unix_socket": False, "fast_lane_tcp": False}
+    results = run_cluster(2, lane_bodies.routing, options=options)
     r = results[0].value
     assert r["plain"] == list(range(10)) and r["deferred"] == [1, 2, 3, 1, 2, 3]
     assert r["lane_calls"] == 0
@@ -184,9 +186,15 @@ def _async(*args: Any, **kwargs: Any) -> Any:
 #: whether its calls reach the callee as one frame, where the plain path can take them).
 ROUTES = {
     "call-stream-fast-lane": (_sync, {"single_frame_bytes": 4096}, True, True),
-    "call-stream-asyncio": (
+    "call-stream-fast-lane-tcp": (
         _sync,
         {"single_frame_bytes": 4096, "use_unix_socket": False},
+        True,
+        True,
+    ),
+    "call-stream-asyncio": (
+        _sync,
+        {"single_frame_bytes": 4096, "use_unix_socket": False, "fast_lane_tcp": False},
         False,
         True,
     ),

@@ -28,6 +28,10 @@ def _options(**extra: Any) -> dict[str, Any]:
     return {
         "rpc_timeout": RPC_TIMEOUT,
         "use_unix_socket": False,  # every peer dials TCP, so the proxy sees the traffic
+        # ... on the main port only: the proxy fronts that one (advertise_address), so the
+        # second ports (fast lane, bulk lane) are off here
+        "fast_lane_tcp": False,
+        "bulk_transfer": False,
         "peer_lost_seconds": PEER_LOST,
         **extra,
     }

@@ -444,6 +444,26 @@ def test_a_lane_that_cannot_be_reached_streams(monkeypatch: pytest.MonkeyPatch) 
     assert info is not None and info["connections_out"][NOBULK] == {"open": 0, "idle": 0}
 
 
+def test_a_fast_lane_port_that_cannot_be_reached_sends_to_the_main_port(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not the bulk lane, the other second port: a peer's fast lane over TCP (a firewall
+    that lets only the main port through) is probed once; calls then go to the main port."""
+    me = agent_mod.current()
+    with socket.socket() as closed:  # bound, not listening: connections are refused
+        closed.bind(("127.0.0.1", 0))
+        unreachable = f"127.0.0.1:{closed.getsockname()[1]}"
+        record = me.by_name[NOBULK]
+        assert record.call_dial != record.dial  # it has a fast lane over TCP
+        monkeypatch.setitem(me.by_name, NOBULK, dataclasses.replace(record, call_dial=unreachable))
+        with caplog.at_level("WARNING"):
+            for i in range(3):
+                assert rpc.rpc_sync(NOBULK, echo, (i,)) == i
+    assert sum("cannot reach the fast lane" in r.getMessage() for r in caplog.records) == 1
+    transport = me.transport
+    assert transport._get(unreachable) is transport._get(record.dial)  # noqa: SLF001
+
+
 # -- hostile connections to this process' lane ------------------------------------------------
 
 

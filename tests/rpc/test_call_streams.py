@@ -74,6 +74,30 @@ def test_concurrent_calls_open_at_most_the_limit_and_overflow_to_unary(
     assert 1 <= _open(_streams()) <= STREAMS_PER_PEER
 
 
+def test_streams_idle_past_their_time_close_when_their_address_is_used_again(
+    solo: rpc.WorkerInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = 4
+    start = threading.Barrier(threads)
+    workers = [
+        threading.Thread(target=lambda: (start.wait(), rpc.rpc_sync("solo", slow, (0.2,))))
+        for _ in range(threads)
+    ]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(30)
+    streams = _streams()
+    opened = _open(streams)
+    assert opened >= 2  # the burst opened several streams (each holds a callee thread)
+    assert rpc.rpc_sync("solo", calls_add, (1, 1)) == 2
+    assert _open(streams) == opened  # not idle long enough: kept
+    monkeypatch.setattr(call_streams, "STREAM_IDLE_SECONDS", 0.05)
+    time.sleep(0.1)
+    assert rpc.rpc_sync("solo", calls_add, (2, 2)) == 4
+    assert _open(streams) == 1  # the one just used is left
+
+
 def test_a_timed_out_call_fails_as_a_timeout_and_the_next_call_gets_a_new_stream(
     solo: rpc.WorkerInfo,
 ) -> None:

@@ -12,8 +12,8 @@ A call is sent one of three ways, each a :class:`Route`:
   call too large for one frame (``single_frame_bytes``).
 
 and reaches one of the callee's two servers: its fast lane (``gradwire.server.fast_lane``, a
-synchronous server on a second Unix socket, only for peers on the same host: ``Peer.call_dial``)
-or its asyncio server (``Peer.dial``). ``choose_route`` decides both.
+synchronous server on a second Unix socket for peers on the same host, and on a second TCP port
+for the others: ``Peer.call_dial``) or its asyncio server (``Peer.dial``). ``choose_route`` decides both.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def choose_route(peer: Peer, *, one_frame: bool, blocking: bool, reply_later: bo
     one frame blocking reply later route             server
     ========= ======== =========== ================= ==========================================
     no        any      any         ``FRAMED_STREAM`` asyncio server (``peer.dial``)
-    yes       yes      no          ``CALL_STREAM``   fast lane if same host (``peer.call_dial``)
+    yes       yes      no          ``CALL_STREAM``   fast lane, if any (``peer.call_dial``)
     yes       yes      yes         ``CALL_STREAM``   asyncio server
     yes       no       any         ``PIPE``          asyncio server
     ========= ======== =========== ================= ==========================================
@@ -73,8 +73,8 @@ def choose_route(peer: Peer, *, one_frame: bool, blocking: bool, reply_later: bo
     "Reply later": the function is ``@async_execution`` or its arguments carry RRefs (which run
     once their owners confirmed them). The fast lane serves a call on a serving-pool thread and
     would park such a reply to be fetched in a second round trip; the asyncio server sends it
-    when it is there, holding no thread on either side. A peer on another host has no fast
-    lane (``call_dial == dial``). The pipe is served by the asyncio server, which answers each
+    when it is there, holding no thread on either side. A peer without a fast lane (TLS) has
+    ``call_dial == dial``. The pipe is served by the asyncio server, which answers each
     call of a batch when it is done without holding a thread while it waits.
 
     Args:

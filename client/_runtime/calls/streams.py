@@ -111,10 +111,11 @@ class _CoreStream:
     if it is not there.
     """
 
-    __slots__ = ("_call", "_due", "expired")
+    __slots__ = ("_call", "_due", "expired", "idle_since")
 
     def __init__(self, channel: Any, method: bytes, metadata: Any) -> None:
         self.expired = False
+        self.idle_since = 0.0
         self._due = {_SENT_METADATA, _METADATA, _STATUS}
         self._call = channel.segregated_call(
             cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS,
@@ -200,10 +201,11 @@ class _PublicStream:
     on a thread of its own, so each exchange costs that thread's hand-offs (~100-150 us here).
     Same interface and failures as ``_CoreStream``."""
 
-    __slots__ = ("_call", "_requests", "expired")
+    __slots__ = ("_call", "_requests", "expired", "idle_since")
 
     def __init__(self, channel: grpc.Channel, method: str, metadata: Any) -> None:
         self.expired = False
+        self.idle_since = 0.0
         self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
         stub = channel.stream_stream(method)  # bytes in, bytes out
         self._call = stub(iter(self._requests.get, _END), metadata=metadata)
@@ -299,6 +301,10 @@ class Watchdog:
                 stream.cancel()
 
 
+#: A stream idle this long is closed the next time a stream of its address is given back.
+STREAM_IDLE_SECONDS = 60.0
+
+
 class Streams:
     """The CallStream streams to one address.
 
@@ -360,10 +366,30 @@ class Streams:
         if timeout is not None and self._watchdog.disarm(stream):
             self._discard(stream, None)  # cancelled as its reply came: the reply still counts
         else:
+            stream.idle_since = time.monotonic()
             self._idle.append(stream)
             if self._closed:  # closed meanwhile: nobody else will close it
                 self.close()
+            else:
+                self._expire(stream.idle_since)
         return decode_frame(reply)
+
+    def _expire(self, now: float) -> None:
+        """Close the streams idle for over ``STREAM_IDLE_SECONDS`` (the least recently used
+        are first; a call takes the most recent): each holds a thread of the callee's fast
+        lane, so a burst of calls does not leave them all open."""
+        while True:
+            try:
+                oldest = self._idle[0]
+            except IndexError:
+                return
+            if oldest.idle_since >= now - STREAM_IDLE_SECONDS:
+                return
+            try:
+                self._idle.remove(oldest)  # unless a call took it meanwhile
+            except ValueError:
+                continue
+            self._discard(oldest, None)
 
     def _new(self) -> _Stream | None:
         with self._lock:

@@ -57,7 +57,10 @@ def peer_from(w: pb.WorkerInfo, my_host: str) -> Peer:
     """The Peer record of member ``w`` as seen from a worker on host ``my_host``."""
     local = w.host_id == my_host
     dial = w.local_address if local and w.local_address else w.address
-    call_dial = w.local_call_address if local and w.local_call_address else dial
+    if local and w.local_call_address:
+        call_dial = w.local_call_address
+    else:
+        call_dial = w.call_address or dial
     return Peer(
         w.name, w.id, w.address, w.host_id, w.local_address, dial, call_dial, w.bulk_address
     )

@@ -77,6 +77,10 @@ class GrpcRpcBackendOptions:
             (128 KiB: from there on it beats one gRPC frame, 0.91 vs 0.96 ms for an echo here).
         shm_pool_bytes: shared memory this worker keeps per same-host peer for reuse; a tensor
             that does not fit streams instead.
+        fast_lane_tcp: serve the fast lane (the synchronous server of the latency-bound
+            methods, ``gradwire.server.fast_lane``) on a second TCP port too, for peers on
+            other hosts (off under TLS). A peer whose fast-lane port cannot be reached at the
+            first call sends everything to the main port.
         bulk_transfer: serve a bulk lane (a plain TCP listener next to the gRPC server) and
             send tensors of at least ``bulk_threshold_bytes`` to peers without shared memory
             over theirs, each tensor's bytes straight from its array, only its transfer id in
@@ -123,6 +127,7 @@ class GrpcRpcBackendOptions:
     shm_transfer: bool = True
     shm_threshold_bytes: int = 128 << 10
     shm_pool_bytes: int = 2 << 30
+    fast_lane_tcp: bool = True
     bulk_transfer: bool = True
     bulk_threshold_bytes: int = 128 << 10
     bulk_port: int = 0

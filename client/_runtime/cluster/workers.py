@@ -56,7 +56,8 @@ class Peer:
     local_address: str = ""
     #: The address this worker dials: the Unix socket for a peer on the same host, else address.
     dial: str = ""
-    #: The peer's fast lane (unary Call and Gradients) when it is on this host, else ``dial``.
+    #: The peer's fast lane (Call, CallStream, Gradients, control messages answered at once):
+    #: its Unix socket on this host, else its TCP port; ``dial`` when it has none.
     call_dial: str = ""
     #: ``host:port`` of the peer's bulk lane ("" if none: its tensors go in the messages).
     bulk_address: str = ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -39,6 +40,7 @@ from ...errors import (
 from ..calls.pipe import Pipe, PipeClosed
 from ..calls.streams import StreamFailed, Streams, Watchdog
 from ..cluster.options import GrpcRpcBackendOptions, read_pem
+from .loop import in_loop_thread
 
 __all__ = [
     "Transport",
@@ -59,11 +61,13 @@ SERVICE = "gradwire.v1.Worker"
 IN_FLIGHT_MARK = "calls in flight"
 _HEADER_SLACK = 1 << 20
 #: The unary control methods the fast lane (gradwire.server.fast_lane) serves besides Call and
-#: Gradients: their handlers answer at once, so a same-host sender may use ``Peer.call_dial``.
+#: Gradients: their handlers answer at once, so a sender may use ``Peer.call_dial``.
 FAST_LANE_CONTROL = ("ReleaseContext", "ForkRequest", "ChildAck", "RRefDelete")
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 #: Call streams kept open per address for rpc_sync (calls beyond that many at once go unary).
 STREAMS_PER_PEER = 8
+#: Seconds a peer's fast-lane port has to accept the first connection (else its main port).
+PROBE_SECONDS = 3.0
 
 
 def channel_options(options: GrpcRpcBackendOptions) -> list[tuple[str, Any]]:
@@ -237,6 +241,10 @@ class Transport:
         self._creds = self._credentials(options)
         self._stubs: dict[str, _Stubs] = {}
         self._lock = threading.Lock()
+        self._probe_lock = threading.Lock()
+        #: ``fallback_of(address)``: for a peer's fast lane over TCP, the peer's main address
+        #: (used when the fast lane's port cannot be reached); "" for any other address.
+        self.fallback_of: Callable[[str], str] = lambda _address: ""
         self._closed = False
         self.watchdog = Watchdog()
         self.metadata: tuple[tuple[str, str], ...] = ()
@@ -271,6 +279,39 @@ class Transport:
         stubs = self._stubs.get(address)
         if stubs is not None:
             return stubs
+        fallback = self.fallback_of(address)
+        if fallback and fallback != address:
+            return self._probed(address, fallback)
+        return self._open(address)
+
+    def _probed(self, address: str, fallback: str) -> _Stubs:
+        """The stubs of a peer's fast lane over TCP, once its port answered a connection;
+        else (a firewall, a proxy in front of the main port) those of its main address, for
+        good. The I/O loop never waits for the probe: it uses the main address until a
+        thread made it."""
+        if in_loop_thread():
+            return self._get(fallback)
+        with self._probe_lock:
+            stubs = self._stubs.get(address)
+            if stubs is not None:
+                return stubs
+            host, _, port = address.rpartition(":")
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), PROBE_SECONDS).close()
+            except (OSError, ValueError) as exc:
+                log.warning(
+                    "cannot reach the fast lane at %s (%s): calls to that worker go to %s",
+                    address,
+                    exc,
+                    fallback,
+                )
+                stubs = self._get(fallback)
+                with self._lock:
+                    self._stubs.setdefault(address, stubs)
+                return stubs
+            return self._open(address)
+
+    def _open(self, address: str) -> _Stubs:
         with self._lock:
             if self._closed:
                 raise RpcShutdownError("the local RPC agent is shut down")
