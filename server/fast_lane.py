@@ -308,7 +308,7 @@ def start_fast_lane(agent: Any) -> grpc.Server | None:
     if tcp:
         host = agent.plan.listen.rpartition(":")[0]
         try:
-            agent.call_port = server.add_insecure_port(f"{host}:0")
+            agent.call_port = server.add_insecure_port(f"{host}:{agent.options.fast_lane_port}")
         except RuntimeError:
             agent.call_port = 0
         if not agent.call_port:

@@ -255,6 +255,14 @@ JOIN_SETTINGS: tuple[Setting, ...] = (
         metavar="1|0",
     ),
     Setting(
+        "fast_lane_port",
+        "--fast-lane-port",
+        "GRADWIRE_FAST_LANE_PORT",
+        "TCP port of the fast lane (0: any free port, advertised at the rendezvous)",
+        _port_or_any,
+        0,
+    ),
+    Setting(
         "bulk_lane",
         "--bulk-lane",
         "GRADWIRE_BULK_LANE",
@@ -367,6 +375,7 @@ class WorkerConfig:
             callable_guard=not v["no_callable_guard"],
             use_unix_socket=v["unix_socket"],
             fast_lane_tcp=v["fast_lane_tcp"],
+            fast_lane_port=v["fast_lane_port"],
             bulk_transfer=v["bulk_lane"],
             bulk_port=v["bulk_port"],
         )

@@ -669,6 +669,8 @@ def tls_body(rank: int, world_size: int) -> Any:
         ),
         "debug_entry": "bulk_lane" in rpc.get_debug_info(),
         "counters": bulk.stats(),
+        "fast_lane_tcp": [me.by_name[n].call_dial for n in ("worker0", "worker1")]
+        == [me.by_name[n].dial for n in ("worker0", "worker1")],
     }
 
 
@@ -684,3 +686,33 @@ def test_under_tls_there_is_no_lane_and_large_tensors_still_travel(
     assert out["equal"] is True
     assert out["debug_entry"] is False
     assert out["counters"] == {}
+    assert out["fast_lane_tcp"] is True  # no fast lane port either: calls go to the TLS port
+
+
+def ports_body(rank: int, world_size: int) -> Any:
+    me = agent_mod.current()
+    peer = me.by_name[f"worker{1 - rank}"]
+    return {
+        "call": peer.call_dial.rpartition(":")[2],
+        "bulk": peer.bulk_address.rpartition(":")[2],
+        "echo": rpc.rpc_sync(1 - rank, echo, (np.arange(MiB // 8),)).sum(),
+    }
+
+
+def test_pinned_ports_are_the_ones_advertised() -> None:
+    ports = [free_port() for _ in range(4)]
+    results = run_cluster(
+        2,
+        ports_body,
+        options={"use_unix_socket": False, "shm_transfer": False},
+        rank_options={
+            0: {"fast_lane_port": ports[0], "bulk_port": ports[1]},
+            1: {"fast_lane_port": ports[2], "bulk_port": ports[3]},
+        },
+    )
+    # Each sees the other's pinned ports, and a large echo crosses both.
+    assert results[1].value["call"] == str(ports[0])
+    assert results[1].value["bulk"] == str(ports[1])
+    assert results[0].value["call"] == str(ports[2])
+    assert results[0].value["bulk"] == str(ports[3])
+    assert results[0].value["echo"] == np.arange(MiB // 8).sum()

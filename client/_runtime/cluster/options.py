@@ -81,6 +81,8 @@ class GrpcRpcBackendOptions:
             methods, ``gradwire.server.fast_lane``) on a second TCP port too, for peers on
             other hosts (off under TLS). A peer whose fast-lane port cannot be reached at the
             first call sends everything to the main port.
+        fast_lane_port: the fast lane's TCP port (0: any free port, advertised at the
+            rendezvous); fix it when a firewall must let it through.
         bulk_transfer: serve a bulk lane (a plain TCP listener next to the gRPC server) and
             send tensors of at least ``bulk_threshold_bytes`` to peers without shared memory
             over theirs, each tensor's bytes straight from its array, only its transfer id in
@@ -128,6 +130,7 @@ class GrpcRpcBackendOptions:
     shm_threshold_bytes: int = 128 << 10
     shm_pool_bytes: int = 2 << 30
     fast_lane_tcp: bool = True
+    fast_lane_port: int = 0
     bulk_transfer: bool = True
     bulk_threshold_bytes: int = 128 << 10
     bulk_port: int = 0
@@ -148,6 +151,10 @@ class GrpcRpcBackendOptions:
             raise ValueError(f"shm_threshold_bytes must be >= 1, got {self.shm_threshold_bytes}")
         if self.bulk_threshold_bytes < 1:
             raise ValueError(f"bulk_threshold_bytes must be >= 1, got {self.bulk_threshold_bytes}")
+        if not 0 <= self.fast_lane_port < 65536:
+            raise ValueError(
+                f"fast_lane_port must be in [0, 65535] (0: any free port), got {self.fast_lane_port}"
+            )
         if not 0 <= self.bulk_port < 65536:
             raise ValueError(
                 f"bulk_port must be in [0, 65535] (0: any free port), got {self.bulk_port}"
