@@ -34,6 +34,7 @@ import grpc
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
 from gradwire._runtime.transport.transport import (
+    CONTROL_REQUESTS,
     FAST_LANE_CONTROL,
     SERVICE,
     channel_options,
@@ -62,12 +63,6 @@ log = logging.getLogger(__name__)
 #: The Worker methods the fast lane serves (unary and answered at once, and CallStream, whose
 #: every frame is a Call).
 FAST_LANE_METHODS = ("Call", "CallStream", "Gradients", *FAST_LANE_CONTROL)
-_CONTROL_REQUESTS: dict[str, Any] = {
-    "ReleaseContext": pb.ReleaseContextRequest,
-    "ForkRequest": pb.ForkRequest,
-    "ChildAck": pb.ChildAck,
-    "RRefDelete": pb.RRefDelete,
-}
 _decode = lenient(decode_frame, "frame")
 #: Seconds beyond which a call's time remaining means it has no deadline (a call stream).
 _NO_DEADLINE = 10 * 365 * 24 * 3600.0
@@ -261,7 +256,7 @@ def _handlers(agent: Any, lane: _Lane) -> dict[str, grpc.RpcMethodHandler]:
         "Gradients": (lane.gradients, _decode, ser),
     }
     for method in FAST_LANE_CONTROL:
-        cls = _CONTROL_REQUESTS[method]
+        cls = CONTROL_REQUESTS[method]
         methods[method] = (lane.control(method), lenient(cls.FromString, cls.DESCRIPTOR.name), ser)
     # No request deserializer: gRPC would run it before the handler, so before the token check.
     handlers = {

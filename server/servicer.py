@@ -20,7 +20,7 @@ from gradwire._runtime.agent import AgentState
 from gradwire._runtime.calls.callee import Reply, until_done
 from gradwire._runtime.rref.errors import RRefProtocolError
 from gradwire._runtime.rref.fetch import OFF_LOOP
-from gradwire._runtime.transport.transport import SERVICE
+from gradwire._runtime.transport.transport import CONTROL_REQUESTS, SERVICE
 from gradwire._wire.framing import (
     Assembler,
     Frame,
@@ -222,6 +222,8 @@ class WorkerServicer:
     async def _pipe_reply(self, frame: Frame, caller: int) -> Frame:
         """The reply frame of one call frame of a pipe (an error reply for a refusal)."""
         callee = self._agent.callee
+        if frame.header.HasField("control"):
+            return await self._pipe_control(frame.header.control, caller)
         call = frame.header.call
         if call.kind == pb.CALL_KIND_REMOTE:
             return await self._pipe_remote(frame, caller)
@@ -242,6 +244,32 @@ class WorkerServicer:
             return one_frame(*reply)
         finally:
             callee.leave(caller, reply is None or failed_reply(reply))
+
+    async def _pipe_control(self, control: pb.ControlRequest, caller: int) -> Frame:
+        """A control message on the pipe: served as its unary method is (its handler on the
+        pool, no admission), the response in the reply frame; what the method would end with
+        as its status is the reply's error instead."""
+        reply = pb.ReplyHeader(message_id=control.message_id)
+        try:
+            self._check_alive()
+            cls = CONTROL_REQUESTS.get(control.method)
+            handler = self._agent.control_handlers.get(control.method)
+            if cls is None or handler is None:
+                raise SerializationError(
+                    f"{control.method!r} is not a control method the call pipe serves"
+                )
+            try:
+                request = cls.FromString(control.request)
+            except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
+                raise SerializationError(f"malformed {control.method} request: {exc}") from exc
+            response = await self._on_pool(handler, request, caller)
+            reply.control_response = response.SerializeToString()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it as the message's error
+            call = pb.CallHeader(message_id=control.message_id, function=control.method)
+            return one_frame(*self._agent.callee.encode_error(call, exc))
+        return Frame(pb.FrameHeader(reply=reply, payload=pb.Payload(), last=True), ())
 
     async def _pipe_remote(self, frame: Frame, caller: int) -> Frame:
         """A remote() on the pipe: served as ``Remote`` serves it (the RemoteCall handler, a

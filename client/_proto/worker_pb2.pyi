@@ -171,18 +171,30 @@ class CallHeader(_message.Message):
     def __init__(self, message_id: _Optional[int] = ..., caller_id: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., function: _Optional[str] = ..., rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., target_rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class ReplyHeader(_message.Message):
-    __slots__ = ("message_id", "error", "autograd", "continuation", "remote_ack")
+    __slots__ = ("message_id", "error", "autograd", "continuation", "remote_ack", "control_response")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     AUTOGRAD_FIELD_NUMBER: _ClassVar[int]
     CONTINUATION_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ACK_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     message_id: int
     error: RemoteException
     autograd: AutogradMeta
     continuation: int
     remote_ack: RemoteAck
-    def __init__(self, message_id: _Optional[int] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., continuation: _Optional[int] = ..., remote_ack: _Optional[_Union[RemoteAck, _Mapping]] = ...) -> None: ...
+    control_response: bytes
+    def __init__(self, message_id: _Optional[int] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., continuation: _Optional[int] = ..., remote_ack: _Optional[_Union[RemoteAck, _Mapping]] = ..., control_response: _Optional[bytes] = ...) -> None: ...
+
+class ControlRequest(_message.Message):
+    __slots__ = ("message_id", "method", "request")
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    message_id: int
+    method: str
+    request: bytes
+    def __init__(self, message_id: _Optional[int] = ..., method: _Optional[str] = ..., request: _Optional[bytes] = ...) -> None: ...
 
 class RemoteException(_message.Message):
     __slots__ = ("type_name", "message", "traceback", "worker", "pickled_args")
@@ -199,12 +211,13 @@ class RemoteException(_message.Message):
     def __init__(self, type_name: _Optional[str] = ..., message: _Optional[str] = ..., traceback: _Optional[str] = ..., worker: _Optional[str] = ..., pickled_args: _Optional[bytes] = ...) -> None: ...
 
 class FrameHeader(_message.Message):
-    __slots__ = ("call", "reply", "fetch", "gradients", "fetch_request", "payload", "offset", "last")
+    __slots__ = ("call", "reply", "fetch", "gradients", "fetch_request", "control", "payload", "offset", "last")
     CALL_FIELD_NUMBER: _ClassVar[int]
     REPLY_FIELD_NUMBER: _ClassVar[int]
     FETCH_FIELD_NUMBER: _ClassVar[int]
     GRADIENTS_FIELD_NUMBER: _ClassVar[int]
     FETCH_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
@@ -213,10 +226,11 @@ class FrameHeader(_message.Message):
     fetch: FetchHeader
     gradients: GradientsHeader
     fetch_request: FetchRequest
+    control: ControlRequest
     payload: Payload
     offset: int
     last: bool
-    def __init__(self, call: _Optional[_Union[CallHeader, _Mapping]] = ..., reply: _Optional[_Union[ReplyHeader, _Mapping]] = ..., fetch: _Optional[_Union[FetchHeader, _Mapping]] = ..., gradients: _Optional[_Union[GradientsHeader, _Mapping]] = ..., fetch_request: _Optional[_Union[FetchRequest, _Mapping]] = ..., payload: _Optional[_Union[Payload, _Mapping]] = ..., offset: _Optional[int] = ..., last: bool = ...) -> None: ...
+    def __init__(self, call: _Optional[_Union[CallHeader, _Mapping]] = ..., reply: _Optional[_Union[ReplyHeader, _Mapping]] = ..., fetch: _Optional[_Union[FetchHeader, _Mapping]] = ..., gradients: _Optional[_Union[GradientsHeader, _Mapping]] = ..., fetch_request: _Optional[_Union[FetchRequest, _Mapping]] = ..., control: _Optional[_Union[ControlRequest, _Mapping]] = ..., payload: _Optional[_Union[Payload, _Mapping]] = ..., offset: _Optional[int] = ..., last: bool = ...) -> None: ...
 
 class RemoteAck(_message.Message):
     __slots__ = ("rref_id", "fork_id", "autograd", "error")

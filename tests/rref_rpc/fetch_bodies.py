@@ -114,3 +114,50 @@ def fetch_frames(rank: int, world_size: int) -> dict[str, Any]:
     out["later_parked"] = _answer(parked)["continuation"]
     out["later"] = later.to_here(timeout=30)
     return out
+
+
+def owner_rrefs() -> int:
+    from gradwire._runtime.agent import current
+
+    return int(current().debug_info()["num_owner_rrefs"])
+
+
+def control_on_pipe(rank: int, world_size: int) -> dict[str, Any]:
+    """RRef control messages (here the deletes, and a fork's ForkRequest/ChildAck) ride the
+    call pipe: no unary gRPC future is started for them."""
+    if rank != 0:
+        return {}
+    from gradwire._runtime.agent import current
+
+    started: list[str] = []
+    transport = current().transport
+    real = transport.control_future
+
+    def counted(address: str, method: str, *args: Any) -> None:
+        started.append(method)
+        real(address, method, *args)
+
+    transport.control_future = counted
+    before = rpc.rpc_sync("worker1", owner_rrefs)
+    held = rpc.remote("worker1", ones, (4,))
+    held.to_here(timeout=30)
+    assert rpc.rpc_sync("worker1", owner_rrefs) == before + 1  # the count sees an RRef
+    del held
+    for _ in range(5):
+        rref = rpc.remote("worker1", ones, (1 << 10,))
+        assert float(rref.to_here(timeout=30).sum()) == 1 << 10
+        del rref
+    shared = rpc.remote("worker1", ones, (4,))
+    assert rpc.rpc_sync("worker2", to_here_of, (shared,)) == 4.0  # a fork: worker2 is a user
+    del shared
+    deadline = time.monotonic() + 30
+    while rpc.rpc_sync("worker1", owner_rrefs) != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {
+        "unary_control": started,
+        "owner_rrefs_back": rpc.rpc_sync("worker1", owner_rrefs) == before,
+    }
+
+
+def to_here_of(rref: Any) -> float:
+    return float(rref.to_here().sum())

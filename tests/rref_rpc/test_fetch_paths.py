@@ -51,3 +51,10 @@ def test_a_fetch_frame_on_a_call_stream_gets_what_fetch_returns_and_remote_rides
         assert error.endswith("UnknownRRefError"), (name, error)
     assert out["fast_lane"]  # a Unix socket on one host, a TCP port over TCP
     assert out["later_parked"] is out["fast_lane"] and out["later"] == "later"
+
+
+@pytest.mark.parametrize("options", [TCP, {"rpc_timeout": 60.0}], ids=["tcp", "defaults"])
+def test_rref_control_messages_ride_the_call_pipe(options):
+    out = run_cluster(3, fetch_bodies.control_on_pipe, timeout=120, options=options)[0].value
+    assert out["owner_rrefs_back"] is True  # every delete arrived: the owner holds none again
+    assert out["unary_control"] == []

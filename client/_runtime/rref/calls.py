@@ -23,12 +23,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-
 from ..._proto import worker_pb2 as pb
 from ..._wire import calls
 from ..._wire.exceptions import decode_exception, encode_exception
-from ..._wire.framing import Frame, Message, encode_frame, one_frame, split
+from ..._wire.framing import Message, encode_frame, one_frame, split
 from ..._wire.pickler import EncodeContext
 from ...errors import MessageTooLargeError, RpcShutdownError, RpcTimeoutError, SerializationError
 from ...futures import Future
@@ -39,7 +37,7 @@ from .errors import RRefProtocolError
 from .messages import RemoteAck
 from .outcome import Creation, Failure
 from .protocol import RRefHandle
-from .send import RetryingSend
+from .send import PipeAnswer, RetryingSend
 from .service import RRefService
 from .value import ValueSlot
 from .wire import from_gid, to_gid
@@ -139,9 +137,8 @@ class RRefCalls:
 
         def start(seconds: float, settled: Callable[[Any], None]) -> None:
             if single:  # on the call pipe, with rpc_async's calls: no gRPC call of its own
-                svc.transport.pipe_call(
-                    peer.dial, call.message_id, encoded, seconds, _PipeAck(me, settled).done
-                )
+                answer = PipeAnswer(me, settled, _remote_ack, "a remote() reply")
+                svc.transport.pipe_call(peer.dial, call.message_id, encoded, seconds, answer.done)
             else:
                 svc.transport.framed_control_future(
                     peer.dial, "RemoteCall", frames, pb.RemoteAck, seconds, settled
@@ -299,30 +296,5 @@ def _checked(result: Any, is_async: bool, function: str) -> Any:
     return result
 
 
-class _PipeAck:
-    """A remote() answered on the call pipe, handed to ``RetryingSend`` as a settled gRPC future
-    would be: the RemoteAck, or the error (a gRPC error of the pipe, or the exception the owner
-    answered with instead of an ack, which keeps its type: an unavailable owner is retried)."""
-
-    def __init__(self, me: Any, settled: Callable[[Any], None]) -> None:
-        self._me = me
-        self._settled = settled
-        self._ack: pb.RemoteAck | None = None
-        self._error: BaseException | None = None
-
-    def done(self, frame: Frame | None, error: grpc.RpcError | None) -> None:
-        if frame is None:
-            self._error = error
-        elif frame.header.reply.HasField("remote_ack"):
-            self._ack = frame.header.reply.remote_ack
-        elif frame.header.reply.HasField("error"):
-            self._error = decode_exception(frame.header.reply.error, self._me.policy, self._me.name)
-        else:
-            self._error = SerializationError("a remote() reply on the call pipe carries no ack")
-        self._settled(self)
-
-    def exception(self) -> BaseException | None:
-        return self._error
-
-    def result(self) -> pb.RemoteAck | None:
-        return self._ack
+def _remote_ack(reply: pb.ReplyHeader) -> pb.RemoteAck | None:
+    return reply.remote_ack if reply.HasField("remote_ack") else None

@@ -17,13 +17,17 @@ from typing import Any
 
 import grpc
 
+from ..._proto import worker_pb2 as pb
+from ..._wire.exceptions import decode_exception
+from ..._wire.framing import Frame
+from ...errors import SerializationError
 from ..calls.pool import ServingPool
 from ..cluster.workers import Peer
 from ..transport.loop import io_loop
 from ..transport.retry import TRANSIENT
 from ..transport.transport import map_rpc_error
 
-__all__ = ["RetryingSend", "ATTEMPT_SECONDS"]
+__all__ = ["RetryingSend", "PipeAnswer", "ATTEMPT_SECONDS"]
 
 #: Upper bound of one attempt (a RemoteCall retry re-asks for the ack of a call still running).
 ATTEMPT_SECONDS = 10.0
@@ -107,3 +111,52 @@ class RetryingSend:
             self._pool.submit(self._on_done, response, error)
         except RuntimeError:  # pool closed: the agent is stopping
             self._on_done(response, error)
+
+
+class PipeAnswer:
+    """A message answered on the call pipe, handed to ``RetryingSend`` as a settled gRPC future
+    would be: what ``take`` finds in the reply header (None: the reply carries no answer), or
+    the error (a gRPC error of the pipe, or the exception the peer answered with instead,
+    which keeps its type: an unavailable peer is retried).
+
+    Args:
+        me: this worker's context (policy and name, to rebuild a remote exception).
+        settled: ``RetryingSend``'s callback.
+        take: the answer in a reply header without an error.
+        what: the message, for the error of a reply without an answer.
+    """
+
+    def __init__(
+        self,
+        me: Any,
+        settled: Callable[[Any], None],
+        take: Callable[[pb.ReplyHeader], Any],
+        what: str,
+    ) -> None:
+        self._me = me
+        self._settled = settled
+        self._take = take
+        self._what = what
+        self._answer: Any = None
+        self._error: BaseException | None = None
+
+    def done(self, frame: Frame | None, error: grpc.RpcError | None) -> None:
+        """The pipe's callback: the reply frame, or the pipe's error."""
+        if frame is None:
+            self._error = error
+        elif frame.header.reply.HasField("error"):
+            self._error = decode_exception(frame.header.reply.error, self._me.policy, self._me.name)
+        else:
+            try:
+                self._answer = self._take(frame.header.reply)
+            except Exception as exc:  # noqa: BLE001 - a malformed answer fails the message
+                self._error = SerializationError(f"{self._what} on the call pipe: {exc}")
+            if self._answer is None and self._error is None:
+                self._error = SerializationError(f"{self._what} on the call pipe carries no answer")
+        self._settled(self)
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def result(self) -> Any:
+        return self._answer

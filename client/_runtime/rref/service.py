@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..._proto import worker_pb2 as pb
+from ..._wire.framing import Frame, encode_frame
 from ..._wire.pickler import EncodeContext
 from ...errors import InvalidFutureStateError, RRefLeakError, WorkerUnavailableError
 from ...futures import Future
@@ -44,7 +45,7 @@ from .errors import RRefProtocolError
 from .ids import GloballyUniqueId
 from .messages import ChildAck, ControlMessage, ForkAccepted, ForkRequest, RRefDelete, RRefForkData
 from .protocol import RRefHandle, RRefProtocol
-from .send import RetryingSend
+from .send import PipeAnswer, RetryingSend
 from .shutdown import check_leaks, drain, fork_tree
 from .wire import REQUESTS, from_gid, request_of, to_gid
 
@@ -165,9 +166,20 @@ class RRefService:
         peers = self.ctx.peers
         request = request_of(msg)
 
+        body = request.SerializeToString()
+
         def start(seconds: float, settled: Callable[[Any], None]) -> None:
-            self.transport.control_future(
-                peers[msg.dest].call_dial, method, request, response_cls, seconds, settled
+            # On the destination's call pipe, beside remote() and rpc_async: a gRPC future of
+            # its own would start grpcio's "channel spin" thread whenever that channel has no
+            # other call in flight (one thread per delete in a remote()/to_here() loop).
+            message_id = self.next_message_id()
+            control = pb.ControlRequest(message_id=message_id, method=method, request=body)
+            encoded = encode_frame(Frame(pb.FrameHeader(control=control, last=True), ()))
+            answer = PipeAnswer(
+                self.ctx, settled, lambda r: response_cls.FromString(r.control_response), method
+            )
+            self.transport.pipe_call(
+                peers[msg.dest].dial, message_id, encoded, seconds, answer.done
             )
 
         def done(reply: Any, error: BaseException | None) -> None:

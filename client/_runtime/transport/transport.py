@@ -63,6 +63,14 @@ _HEADER_SLACK = 1 << 20
 #: The unary control methods the fast lane (gradwire.server.fast_lane) serves besides Call and
 #: Gradients: their handlers answer at once, so a sender may use ``Peer.call_dial``.
 FAST_LANE_CONTROL = ("ReleaseContext", "ForkRequest", "ChildAck", "RRefDelete")
+#: The request message of each control method that may also ride the call pipe (and the fast
+#: lane): its handler answers at once.
+CONTROL_REQUESTS: dict[str, Any] = {
+    "ReleaseContext": pb.ReleaseContextRequest,
+    "ForkRequest": pb.ForkRequest,
+    "ChildAck": pb.ChildAck,
+    "RRefDelete": pb.RRefDelete,
+}
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 #: Call streams kept open per address for rpc_sync (calls beyond that many at once go unary).
 STREAMS_PER_PEER = 8
