@@ -409,16 +409,20 @@ class DebugInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class PeerState(_message.Message):
-    __slots__ = ("name", "id", "address", "channel_state")
+    __slots__ = ("name", "id", "address", "channel_state", "fast_lane_address", "bulk_address")
     NAME_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_STATE_FIELD_NUMBER: _ClassVar[int]
+    FAST_LANE_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    BULK_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     name: str
     id: int
     address: str
     channel_state: str
-    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., channel_state: _Optional[str] = ...) -> None: ...
+    fast_lane_address: str
+    bulk_address: str
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., channel_state: _Optional[str] = ..., fast_lane_address: _Optional[str] = ..., bulk_address: _Optional[str] = ...) -> None: ...
 
 class DebugInfo(_message.Message):
     __slots__ = ("worker", "worker_id", "state", "calls_served", "calls_in_flight", "calls_failed", "peers", "num_owner_rrefs", "num_pending_users", "num_pending_children", "num_forks", "num_autograd_contexts", "extra")

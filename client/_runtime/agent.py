@@ -841,6 +841,9 @@ class Agent:
                     "id": p.id,
                     "address": p.dial,
                     "channel_state": states.get(p.dial, "IDLE"),
+                    # The second ports this worker uses to reach it ("" when it has none).
+                    "fast_lane_address": p.call_dial if p.call_dial != p.dial else "",
+                    "bulk_address": p.bulk_address,
                 }
                 for p in self.peers
             ],

@@ -18,7 +18,7 @@ import time
 import gradwire as gw
 from gradwire.distributed import rpc
 
-__all__ = ["main", "ping_round"]
+__all__ = ["main", "ping_round", "lanes"]
 
 
 def ping_round(timeout: float) -> list[str]:
@@ -31,15 +31,29 @@ def ping_round(timeout: float) -> list[str]:
     me = rpc.get_worker_info().name
     names = [p["name"] for p in rpc.get_debug_info()["peers"] if p["name"] != me]
     x = gw.arange(4.0)
+    big = gw.ones(1 << 18)  # 1 MiB: the bulk lane's size when the peer is on another host
     for name in names:
         try:
             info = rpc.rpc_sync(name, rpc.get_worker_info, timeout=timeout)
             y = rpc.rpc_sync(name, operator.add, (x, x), timeout=timeout)
+            z = rpc.rpc_sync(name, operator.add, (big, big), timeout=timeout)
         except Exception as exc:
             raise RuntimeError(f"worker {name!r} failed: {type(exc).__name__}: {exc}") from exc
-        if info.name != name or not gw.allclose(y, x * 2):
+        if info.name != name or not gw.allclose(y, x * 2) or float(z.sum()) != 2 * big.numel():
             raise RuntimeError(f"worker {name!r} answered wrongly: {info!r}, {y!r}")
     return names
+
+
+def lanes(names: list[str]) -> str:
+    """Which second ports carried the round: peers reached over a fast lane, tensors over the
+    bulk lane (shared memory on one host instead)."""
+    info = rpc.get_debug_info()
+    fast = sum(1 for p in info["peers"] if p["name"] in names and p.get("fast_lane_address"))
+    counters = info.get("bulk_lane", {}).get("counters", {})
+    return (
+        f"fast lane to {fast} of {len(names)} workers, bulk lane sent {counters.get('sent', 0)} "
+        f"and took {counters.get('taken', 0)} tensors"
+    )
 
 
 def main() -> int:
@@ -53,6 +67,7 @@ def main() -> int:
     if not args.until_failure:
         names = ping_round(timeout)
         print(f"ping_all: {len(names)} workers answered: {', '.join(names)}", flush=True)
+        print(f"ping_all: {lanes(names)}", flush=True)
         return 0
     started = time.monotonic()
     rounds = 0

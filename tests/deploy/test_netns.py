@@ -43,6 +43,8 @@ def test_job_across_namespaces_and_a_cut_link_reported_within_the_timeout() -> N
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
     assert "ping_all: 3 workers answered: w1, w2, w3" in out
+    # Between namespaces (other "hosts"): the fast lane and the bulk lane carried the round.
+    assert "ping_all: fast lane to 3 of 3 workers, bulk lane sent 3 and took 3 tensors" in out
     assert "job: PASS (driver and every worker exited 0)" in out
     latency = re.search(r"w3's failure reported ([0-9.]+) s after the cut", out)
     assert latency and float(latency.group(1)) <= 3 + 5, out

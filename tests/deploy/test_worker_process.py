@@ -38,6 +38,8 @@ def test_workers_serve_a_driver_job_and_leave_with_it() -> None:
         )
         assert driver.popen.returncode == 0, driver.output
         assert "ping_all: 2 workers answered: w1, w2" in driver.out
+        # One host: the fast lane's Unix socket; the 1 MiB tensors went by shared memory.
+        assert "fast lane to 2 of 2 workers, bulk lane sent 0 and took 0" in driver.out
         for w in workers:
             # --until job (the default): they leave once the driver reached the barrier.
             assert w.finish(30) == 0, w.output
