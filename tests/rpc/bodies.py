@@ -137,21 +137,33 @@ def echo(x: Any) -> Any:
     return x
 
 
-def big_echo(rank: int, world_size: int, mib: int) -> dict[str, float]:
-    """Echo a ``mib`` MiB tensor to itself; report the peak memory growth of the process."""
+def big_echo(rank: int, world_size: int, mib: int, to: int | None = None) -> dict[str, float]:
+    """Echo a ``mib`` MiB tensor through worker ``to`` (default: itself); report the peak
+    memory growth of the process (rank 0 only when ``to`` is another worker)."""
     import resource
 
     from gradwire._tensor import Tensor
+    from gradwire._wire import bulk
 
+    if to is None:
+        to = rank
+    elif rank != 0:
+        return {}
     a = Tensor._wrap(np.arange((mib << 20) // 4, dtype=np.float32))
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    taken = bulk.stats().get("taken", 0)
     started = time.perf_counter()
-    b = rpc.rpc_sync(rank, echo, (a,), timeout=300)
+    b = rpc.rpc_sync(to, echo, (a,), timeout=300)
     elapsed = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
     assert isinstance(b, Tensor) and b.shape == a.shape
     assert np.array_equal(b._data[:: 1 << 16], a._data[:: 1 << 16]) and b._data[-1] == a._data[-1]
-    return {"extra_bytes": peak - base, "seconds": elapsed, "payload": float(mib << 20)}
+    return {
+        "extra_bytes": peak - base,
+        "seconds": elapsed,
+        "payload": float(mib << 20),
+        "bulk_taken": bulk.stats().get("taken", 0) - taken,
+    }
 
 
 def health_of(address: str) -> int:

@@ -98,8 +98,16 @@ def test_world_size_mismatch() -> None:
     assert any("expects world_size 3" in (r.error or "") for r in results)
 
 
-def _check_bounded_memory(mib: int) -> dict[str, float]:
-    result = run_cluster(1, bodies.big_echo, mib, timeout=300)[0].value
+#: Two workers that reach each other over TCP only (the bulk lane carries the tensors).
+TCP_ONLY = {"use_unix_socket": False, "shm_transfer": False}
+
+
+def _check_bounded_memory(mib: int, over_tcp: bool = False) -> dict[str, float]:
+    if over_tcp:
+        result = run_cluster(2, bodies.big_echo, mib, 1, timeout=300, options=TCP_ONLY)[0].value
+        assert result["bulk_taken"] == 1, result  # the reply's bytes came over the bulk lane
+    else:
+        result = run_cluster(1, bodies.big_echo, mib, timeout=300)[0].value
     # The callee's received copy and the caller's result are the payload twice; everything
     # else (frames in flight, gRPC buffers) must stay small.
     assert result["extra_bytes"] < 2 * result["payload"] + (160 << 20), result
@@ -110,9 +118,14 @@ def test_tensor_round_trip_streams_with_bounded_memory() -> None:
     _check_bounded_memory(64)
 
 
+def test_tensor_round_trip_over_the_bulk_lane_with_bounded_memory() -> None:
+    _check_bounded_memory(64, over_tcp=True)
+
+
 @pytest.mark.slow
-def test_one_gib_tensor_round_trip() -> None:
-    result = _check_bounded_memory(1024)
+@pytest.mark.parametrize("over_tcp", [False, True], ids=["self", "tcp"])
+def test_one_gib_tensor_round_trip(over_tcp: bool) -> None:
+    result = _check_bounded_memory(1024, over_tcp)
     print(
         f"1 GiB echo: {result['seconds']:.2f} s, extra peak {result['extra_bytes'] / 2**20:.0f} MiB"
     )
