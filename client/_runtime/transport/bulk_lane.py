@@ -15,7 +15,10 @@ Protocol (docs/wire.md, "The bulk lane"), all integers little-endian:
    handshake has ``HANDSHAKE_SECONDS``; at most ``MAX_HANDSHAKES`` run at once.
 3. Then transfers, one after the other: ``[u64 transfer id][u64 nbytes][nbytes bytes]``. The
    listener checks the size against the inbox's bounds before it allocates, and reads the
-   bytes straight into the new array.
+   bytes straight into the new array; a refused (or cancelled) transfer's bytes are read and
+   dropped, so the connection's next transfers still arrive; a size no sender announces (over
+   ``MAX_TRANSFER_BYTES``) closes the connection. ``nbytes`` = ``CANCEL`` (2**64 - 1, no bytes
+   follow) cancels the transfer of that id: its message will not come (its encoding failed).
 
 A sender keeps up to ``CONNECTIONS_PER_PEER`` connections to each peer, one transfer at a time
 on each; a tensor finding them all busy, a peer whose lane cannot be reached or a connection
