@@ -462,6 +462,9 @@ def test_a_fast_lane_port_that_cannot_be_reached_sends_to_the_main_port(
     assert sum("cannot reach the fast lane" in r.getMessage() for r in caplog.records) == 1
     transport = me.transport
     assert transport._get(unreachable) is transport._get(record.dial)  # noqa: SLF001
+    transport.drop(record.dial)  # a lost peer's channels go: the alias with them, closed once
+    assert unreachable not in transport._stubs and record.dial not in transport._stubs  # noqa: SLF001
+    assert rpc.rpc_sync(NOBULK, echo, (7,)) == 7  # probed again, the main port again
 
 
 # -- hostile connections to this process' lane ------------------------------------------------

@@ -456,6 +456,9 @@ class Transport:
         opens a new one."""
         with self._lock:
             stubs = self._stubs.pop(address, None)
+            if stubs is not None:  # and the fast-lane address that fell back to it, or back
+                for alias in [a for a, s in self._stubs.items() if s is stubs]:
+                    del self._stubs[alias]
         if stubs is not None:
             stubs.streams.close()
             if stubs.pipe is not None:
