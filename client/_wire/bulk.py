@@ -61,6 +61,8 @@ MAX_TRANSFER_BYTES = 2 << 30
 HEADER_WAIT_SECONDS = 20.0
 #: How long a take (or the lane's reader) waits while a transfer makes no progress.
 STALL_SECONDS = 30.0
+#: How often a waiting take looks at its bounds (its sender's connections, the waits above).
+_TICK = 0.25
 #: Transfer ids already taken, remembered so that a message delivered twice fails at once.
 _TAKEN_MEMORY = 4096
 
@@ -360,7 +362,7 @@ class Inbox:
                         "bulk-lane connection from that worker is open: its bytes cannot come"
                     )
                 entry = self._entries[key] = _Entry()
-        while not entry.done.wait(1.0):
+        while not entry.done.wait(_TICK):
             now = time.monotonic()
             if entry.arrived:
                 late = now - entry.progress > STALL_SECONDS
