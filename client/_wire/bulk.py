@@ -318,9 +318,7 @@ class Inbox:
         with self._lock:
             if self._entries.get(key) is entry:
                 del self._entries[key]
-                if entry.buf is not None:
-                    self._held -= entry.buf.nbytes
-                    entry.buf = None
+                self._release(entry)
 
     def fail(self, peer: str, transfer_id: int, why: str) -> None:
         """The transfer will not complete (its connection broke): a take fails with ``why``."""
@@ -328,9 +326,7 @@ class Inbox:
             entry = self._entries.get((peer, transfer_id))
             if entry is None:
                 return
-            if entry.buf is not None:
-                self._held -= entry.buf.nbytes
-                entry.buf = None
+            self._release(entry)
             entry.error = f"the bulk-lane transfer from {peer!r} failed: {why}"
             entry.done.set()
         _count("failed")
@@ -380,9 +376,7 @@ class Inbox:
         with self._lock:
             if self._entries.get(key) is entry:
                 del self._entries[key]
-            buf, entry.buf = entry.buf, None
-            if buf is not None:
-                self._held -= buf.nbytes
+            buf = self._release(entry)
             self._remember(key)
         if entry.error or buf is None:
             raise SerializationError(entry.error or "bulk-lane transfer without data")
@@ -401,15 +395,19 @@ class Inbox:
         while len(self._taken) > _TAKEN_MEMORY:
             self._taken.popitem(last=False)
 
+    def _release(self, entry: _Entry) -> np.ndarray | None:
+        # With the lock held: the entry's buffer, no longer counted as held nor kept by it.
+        buf, entry.buf = entry.buf, None
+        if buf is not None:
+            self._held -= buf.nbytes
+        return buf
+
     def _sweep(self, now: float) -> None:
         # With the lock held: drop what nobody took in time (its message never came).
         for key in [
             k for k, e in self._entries.items() if e.done.is_set() and now - e.born > self._stale
         ]:
-            entry = self._entries.pop(key)
-            if entry.buf is not None:
-                self._held -= entry.buf.nbytes
-                entry.buf = None
+            self._release(self._entries.pop(key))
             _count("dropped_stale")
 
     def close(self) -> None:
