@@ -328,37 +328,35 @@ class BulkLane:
         return lambda arr: self._send(peer_name, peer.bulk_address, arr)
 
     def _send(self, peer_name: str, address: str, arr: np.ndarray) -> int | None:
-        if in_loop_thread():  # the I/O loop never waits on a socket: these bytes stream
-            return None
-        conn = self._take(peer_name, address)
-        if conn is None:
-            return None
         transfer_id = next(self._ids) & 0xFFFF_FFFF_FFFF_FFFF
-        try:
-            conn.sendall(_TRANSFER.pack(transfer_id, arr.nbytes))
-            conn.sendall(byte_view(arr))
-        except OSError as exc:
-            log.info("bulk lane to %s: a transfer failed (%r); the tensor streams", peer_name, exc)
-            self._drop(peer_name, conn)
-            return None
-        self._give_back(peer_name, conn)
-        return transfer_id
+        parts = (_TRANSFER.pack(transfer_id, arr.nbytes), byte_view(arr))
+        return transfer_id if self._write(peer_name, address, parts) else None
 
     def cancel(self, peer_name: str, transfer_ids: list[int]) -> None:
         """The wire's cancel: tell ``peer_name`` to drop transfers no message will name (on
         any connection; one that cannot be had leaves them to the peer's stale sweep)."""
         peer = self._ctx.peers.by_name.get(peer_name)
-        if peer is None or not peer.bulk_address or in_loop_thread():
-            return
-        conn = self._take(peer_name, peer.bulk_address)
+        if peer is not None and peer.bulk_address:
+            headers = b"".join(_TRANSFER.pack(i, CANCEL) for i in transfer_ids)
+            self._write(peer_name, peer.bulk_address, (headers,))
+
+    def _write(self, peer_name: str, address: str, parts: tuple[Any, ...]) -> bool:
+        """Write ``parts`` on a connection to ``peer_name``'s lane; False when none could be
+        had (or the I/O loop asked: it never waits on a socket) or the write failed."""
+        if in_loop_thread():
+            return False
+        conn = self._take(peer_name, address)
         if conn is None:
-            return
+            return False
         try:
-            conn.sendall(b"".join(_TRANSFER.pack(i, CANCEL) for i in transfer_ids))
-        except OSError:
+            for part in parts:
+                conn.sendall(part)
+        except OSError as exc:
+            log.info("bulk lane to %s: a write failed (%r); the tensors stream", peer_name, exc)
             self._drop(peer_name, conn)
-            return
+            return False
         self._give_back(peer_name, conn)
+        return True
 
     def _take(self, peer_name: str, address: str) -> socket.socket | None:
         with self._lock:
