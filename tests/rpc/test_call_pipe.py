@@ -137,3 +137,41 @@ def test_a_pipe_without_the_token_is_refused(solo: None) -> None:
     assert isinstance(out, grpc.RpcError)
     assert out.code() == grpc.StatusCode.UNAUTHENTICATED
     assert rpc.rpc_async("solo", operator.add, (1, 2)).wait() == 3
+
+
+def _control_on_pipe(method: str, request: bytes) -> Any:
+    """Send a ``control`` frame naming ``method`` on this worker's own call pipe; its reply."""
+    from gradwire._proto import worker_pb2 as pb
+    from gradwire._wire.framing import Frame, encode_frame
+
+    agent = current()
+    done = threading.Event()
+    out: list[Any] = []
+
+    def answered(frame: Any, error: Any) -> None:
+        out.append(frame if frame is not None else error)
+        done.set()
+
+    message_id = 1 << 50
+    control = pb.ControlRequest(message_id=message_id, method=method, request=request)
+    encoded = encode_frame(Frame(pb.FrameHeader(control=control, last=True), ()))
+    agent.transport.pipe_call(agent.peers[0].dial, message_id, encoded, 10, answered)
+    assert done.wait(10)
+    return out[0]
+
+
+@pytest.mark.parametrize(
+    "method", ["RemoteCall", "Shutdown", "__import__", "PropagateGradients", "FetchRRef"]
+)
+def test_a_control_frame_may_name_only_the_listed_control_methods(solo: None, method: str) -> None:
+    reply = _control_on_pipe(method, b"")
+    assert reply.header.reply.HasField("error"), reply
+    assert "is not a control method the call pipe serves" in reply.header.reply.error.message
+    assert rpc.rpc_sync("solo", operator.add, (1, 2)) == 3  # the worker serves on
+
+
+def test_a_malformed_control_request_is_an_error_reply(solo: None) -> None:
+    reply = _control_on_pipe("RRefDelete", b"\xff\xff\xff")
+    assert reply.header.reply.HasField("error"), reply
+    assert "malformed RRefDelete request" in reply.header.reply.error.message
+    assert rpc.rpc_sync("solo", operator.add, (1, 2)) == 3
