@@ -230,18 +230,18 @@ def test_a_worker_serving_until_the_job_ends_reports_serving_meanwhile() -> None
     driver = start(
         "run",
         rounds,
-        "280",
+        "140",
         "0.05",
         env=_cluster_env(port, 2, GRADWIRE_NAME="driver", GRADWIRE_RANK="1"),
     )
     try:
         env = _cluster_env(port, 2)
-        _wait_live(port, env)
-        time.sleep(4)  # the cluster joined and the 14 s job runs
-        statuses = []
-        for _ in range(4):  # well inside the job: every check sees SERVING
-            statuses.append(run("health", f"127.0.0.1:{port}", env=env).out.strip())
-            time.sleep(0.5)
+
+        def status() -> str:
+            return run("health", f"127.0.0.1:{port}", env=env).out.strip()
+
+        wait_until(lambda: status().endswith(": SERVING"), 30, "ps to join and serve")
+        statuses = [status() for _ in range(3)]  # inside the ~8 s job: each sees SERVING
         assert driver.popen.poll() is None  # the job is still running
         assert all(s.endswith(": SERVING") for s in statuses), statuses
         assert driver.finish(120) == 0, driver.output

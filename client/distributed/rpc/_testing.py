@@ -18,6 +18,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import queue
+import random
 import secrets
 import socket
 import time
@@ -43,9 +44,33 @@ class WorkerResult:
     exitcode: int | None = None
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
+    """A TCP port free on 127.0.0.1 right now, outside the kernel's ephemeral range.
+
+    A port the kernel handed out for ``bind(0)`` can be handed out again to the next process
+    that binds port 0 (here: a worker's own server or second ports) before the test's
+    rendezvous binds it; a port below the ephemeral range is never given to ``bind(0)``.
+    """
+    low, high = _ephemeral_range()
+    candidates = list(range(20000, low)) if low > 21000 else list(range(high + 1, 65536))
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for port in rng.sample(candidates, min(200, len(candidates))):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # everything tried was taken: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
