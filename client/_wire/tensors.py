@@ -35,8 +35,15 @@ __all__ = [
 KIND_TENSOR, KIND_PARAMETER, KIND_NDARRAY = "tensor", "parameter", "ndarray"
 
 
+_classes: tuple[Any, Any] | None = None
+
+
 def tensor_classes() -> tuple[Any, Any]:
-    """``(gradwire.Tensor, gradwire.nn.Parameter)``, each None while not importable."""
+    """``(gradwire.Tensor, gradwire.nn.Parameter)``, each None while not importable (kept
+    once both imported: this runs for every tensor sent and received)."""
+    global _classes
+    if _classes is not None:
+        return _classes
     try:
         from .._tensor import Tensor
     except ImportError:
@@ -45,7 +52,14 @@ def tensor_classes() -> tuple[Any, Any]:
         from ..nn import Parameter
     except ImportError:
         Parameter = None  # type: ignore[assignment,misc]  # noqa: N806
+    if Tensor is not None and Parameter is not None:
+        _classes = (Tensor, Parameter)
     return Tensor, Parameter
+
+
+#: dtype -> its name, for the dtypes that travel raw (``dtype.name`` is a Python-level
+#: property of NumPy's, ~3 us, and every tensor sent asks for it).
+_DTYPE_NAMES: dict[Any, str] = {np.dtype(name): name for name in ALLOWED_DTYPES}
 
 
 def _device_of(arr: Any) -> str:
@@ -79,7 +93,13 @@ def pack(
     if kind != KIND_NDARRAY:
         arr = obj._data
         requires_grad = bool(obj.requires_grad)
-    if arr.dtype.name not in ALLOWED_DTYPES:
+    dtype_name = _DTYPE_NAMES.get(arr.dtype)
+    if dtype_name is None and kind != KIND_NDARRAY and not arr.dtype.isnative:
+        # A tensor's values in the other byte order: the receiver reads native ones. (An
+        # ndarray is pickled instead, which keeps its dtype as it is.)
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+        dtype_name = _DTYPE_NAMES.get(arr.dtype)
+    if dtype_name is None:
         if kind == KIND_NDARRAY:
             return None
         raise SerializationError(f"tensor dtype {arr.dtype} cannot be sent")
@@ -101,7 +121,7 @@ def pack(
         arr = arr.get()  # device -> host copy; the receiver moves it to `target`
     check_within_base(arr, peer)
     meta = pb.TensorMeta(
-        dtype=arr.dtype.name,
+        dtype=dtype_name,
         shape=arr.shape,
         nbytes=arr.nbytes,
         device=device,

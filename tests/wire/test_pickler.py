@@ -58,6 +58,20 @@ def test_a_view_sends_only_its_elements_and_keeps_its_shape() -> None:
     np.testing.assert_array_equal(body, view)
 
 
+def test_values_in_the_other_byte_order_arrive_as_the_same_numbers() -> None:
+    other = ">" if np.little_endian else "<"
+    arr = np.arange(6, dtype=f"{other}f4").reshape(2, 3)
+    t = Tensor._wrap(np.arange(4, dtype=f"{other}i8"), requires_grad=False)
+    body, ctx, _ = _through_wire({"arr": arr, "t": t, "ok": np.arange(3.0)})
+    # The ndarray is pickled (its dtype kept as it is); the tensor travels raw, made native.
+    assert [m.kind for m, _ in ctx.tensors] == ["tensor", "ndarray"]
+    assert ctx.tensors[0][0].dtype == "int64"
+    np.testing.assert_array_equal(body["arr"], np.arange(6.0).reshape(2, 3))
+    assert body["arr"].dtype == arr.dtype
+    np.testing.assert_array_equal(body["t"].numpy(), np.arange(4))
+    np.testing.assert_array_equal(body["ok"], np.arange(3.0))
+
+
 def test_tensor_view_keeps_shape() -> None:
     t = Tensor._wrap(np.arange(24.0).reshape(4, 6)[:, 1::2])
     body, ctx, _ = _through_wire(t)
