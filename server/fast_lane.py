@@ -39,7 +39,7 @@ from gradwire._runtime.transport.transport import (
     SERVICE,
     channel_options,
 )
-from gradwire._wire.framing import Frame, assemble_one, decode_frame, encode_frame
+from gradwire._wire.framing import Frame, assemble_one, decode_frame, encode_frame, one_frame
 from gradwire.errors import (
     GradwireError,
     WorkerUnavailableError,
@@ -51,9 +51,13 @@ from .servicer import (
     Undecodable,
     ack_frame,
     caller_from_metadata,
+    control_error_frame,
+    control_reply_frame,
+    control_request,
     failed_reply,
     fetch_answer,
     lenient,
+    remote_ack_frame,
     status_for,
 )
 
@@ -123,6 +127,10 @@ class _Lane:
             return self._fetch(frame.header.fetch_request, caller, context)
         if frame.header.HasField("gradients"):  # PropagateGradients on a call stream
             return ack_frame(self._gradients(frame, caller, context))
+        if frame.header.HasField("control"):  # an RRef control message on a call stream
+            return self._control_frame(frame.header.control, caller, context)
+        if frame.header.call.kind == pb.CALL_KIND_REMOTE:  # remote() on a call stream
+            return self._remote(frame, caller, context)
         callee = self._agent.callee
         try:
             callee.admit(caller, fast_lane=True)
@@ -139,6 +147,45 @@ class _Lane:
                 reply.add_done_callback(lambda f: callee.leave(caller, failed_reply(f.value())))
             else:
                 callee.leave(caller, reply is None or failed_reply(reply))
+
+    def _control_frame(
+        self, control: pb.ControlRequest, caller: int, context: grpc.ServicerContext
+    ) -> Frame:
+        """A control message on a call stream: served as its unary method is here (its handler
+        answers at once), the response in the reply frame, an error in the reply's error."""
+        agent = self._agent
+        try:
+            if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
+                raise WorkerUnavailableError(f"worker {agent.name!r} is not running")
+            handler, request = control_request(agent, control)
+            response = handler(request, caller)
+            if isinstance(response, Future):
+                response = response.wait(_wait_seconds(agent, context))  # lends the slot back
+        except Exception as exc:  # noqa: BLE001 - the caller gets it as the message's error
+            return control_error_frame(agent, control, exc)
+        return control_reply_frame(control, response)
+
+    def _remote(self, frame: Frame, caller: int, context: grpc.ServicerContext) -> Frame:
+        """A remote() on a call stream: served as the pipe serves it (the RemoteCall handler,
+        a control message: no admission), its RemoteAck in the reply frame once the function
+        ran (here, on this thread, unless its RRef arguments wait for their owners: the caller
+        sends such calls on the pipe, which holds no thread meanwhile); what would be the
+        RemoteCall's status is the reply's error instead."""
+        agent = self._agent
+        call = frame.header.call
+        try:
+            if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
+                raise WorkerUnavailableError(f"worker {agent.name!r} is not running")
+            ack = agent.control_handlers["RemoteCall"](self._assemble(frame, caller), caller)
+            if isinstance(ack, Future):
+                # Done already: the function ran in the handler, on this thread. Not when this
+                # is a retry of a call still running elsewhere: then its end is awaited here
+                # (a timeout would fail a creation that succeeds); the caller's deadline
+                # cancels its stream meanwhile. Waiting lends the slot back.
+                ack = ack.wait(None)
+        except Exception as exc:  # noqa: BLE001 - the caller gets it as the call's error
+            return one_frame(*agent.callee.encode_error(call, exc))
+        return remote_ack_frame(call, ack)
 
     def _fetch(self, request: pb.FetchRequest, caller: int, context: grpc.ServicerContext) -> Frame:
         """A Fetch's answer, as the asyncio server gives it: made here when the value is set

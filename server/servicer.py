@@ -142,8 +142,12 @@ class WorkerServicer:
         if frame.header.HasField("gradients"):  # PropagateGradients on a call stream
             ack = await self.framed_control_one("PropagateGradients", frame, context)
             return ack_frame(ack)
-        callee = self._agent.callee
         caller = _caller_id(context, self._agent.is_member)
+        if frame.header.HasField("control"):  # an RRef control message on a call stream
+            return await self._pipe_control(frame.header.control, caller)
+        if frame.header.call.kind == pb.CALL_KIND_REMOTE:  # remote() on a call stream
+            return await self._pipe_remote(frame, caller)
+        callee = self._agent.callee
         try:
             callee.admit(caller)
         except GradwireError as exc:
@@ -249,27 +253,15 @@ class WorkerServicer:
         """A control message on the pipe: served as its unary method is (its handler on the
         pool, no admission), the response in the reply frame; what the method would end with
         as its status is the reply's error instead."""
-        reply = pb.ReplyHeader(message_id=control.message_id)
         try:
             self._check_alive()
-            cls = CONTROL_REQUESTS.get(control.method)
-            handler = self._agent.control_handlers.get(control.method)
-            if cls is None or handler is None:
-                raise SerializationError(
-                    f"{control.method!r} is not a control method the call pipe serves"
-                )
-            try:
-                request = cls.FromString(control.request)
-            except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
-                raise SerializationError(f"malformed {control.method} request: {exc}") from exc
+            handler, request = control_request(self._agent, control)
             response = await self._on_pool(handler, request, caller)
-            reply.control_response = response.SerializeToString()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001 - the caller gets it as the message's error
-            call = pb.CallHeader(message_id=control.message_id, function=control.method)
-            return one_frame(*self._agent.callee.encode_error(call, exc))
-        return Frame(pb.FrameHeader(reply=reply, payload=pb.Payload(), last=True), ())
+            return control_error_frame(self._agent, control, exc)
+        return control_reply_frame(control, response)
 
     async def _pipe_remote(self, frame: Frame, caller: int) -> Frame:
         """A remote() on the pipe: served as ``Remote`` serves it (the RemoteCall handler, a
@@ -287,8 +279,7 @@ class WorkerServicer:
             raise
         except BaseException as exc:  # noqa: BLE001 - the caller gets it as the call's error
             return one_frame(*self._agent.callee.encode_error(call, exc))
-        reply = pb.ReplyHeader(message_id=call.message_id, remote_ack=ack)
-        return Frame(pb.FrameHeader(reply=reply, payload=pb.Payload(), last=True), ())
+        return remote_ack_frame(call, ack)
 
     async def PythonCall(  # noqa: N802
         self, frames: AsyncIterator[Frame], context: grpc.aio.ServicerContext
@@ -474,6 +465,45 @@ DEBUG_COUNTERS = (
     "num_forks",
     "num_autograd_contexts",
 )
+
+
+def control_request(agent: Any, control: pb.ControlRequest) -> tuple[Any, Any]:
+    """The handler and the decoded request of a control frame (on the pipe or a call stream).
+
+    Raises:
+        SerializationError: the method is not one a control frame may name
+            (``CONTROL_REQUESTS``), or its request does not decode.
+    """
+    cls = CONTROL_REQUESTS.get(control.method)
+    handler = agent.control_handlers.get(control.method)
+    if cls is None or handler is None:
+        raise SerializationError(f"{control.method!r} is not a control method a call frame serves")
+    try:
+        return handler, cls.FromString(control.request)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError
+        raise SerializationError(f"malformed {control.method} request: {exc}") from exc
+
+
+def control_reply_frame(control: pb.ControlRequest, response: Any) -> Frame:
+    """The reply frame of a control frame: its method's response."""
+    reply = pb.ReplyHeader(
+        message_id=control.message_id, control_response=response.SerializeToString()
+    )
+    return Frame(pb.FrameHeader(reply=reply, payload=pb.Payload(), last=True), ())
+
+
+def control_error_frame(agent: Any, control: pb.ControlRequest, exc: BaseException) -> Frame:
+    """The reply frame of a control frame that failed: what its unary method would end with
+    as its status is the reply's error."""
+    call = pb.CallHeader(message_id=control.message_id, function=control.method)
+    return one_frame(*agent.callee.encode_error(call, exc))
+
+
+def remote_ack_frame(call: pb.CallHeader, ack: pb.RemoteAck) -> Frame:
+    """A RemoteAck as the reply frame of a one-frame RemoteCall (on the pipe or a call
+    stream)."""
+    reply = pb.ReplyHeader(message_id=call.message_id, remote_ack=ack)
+    return Frame(pb.FrameHeader(reply=reply, payload=pb.Payload(), last=True), ())
 
 
 def ack_frame(ack: pb.GradientsAck) -> Frame:

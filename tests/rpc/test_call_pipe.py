@@ -139,12 +139,24 @@ def test_a_pipe_without_the_token_is_refused(solo: None) -> None:
     assert rpc.rpc_async("solo", operator.add, (1, 2)).wait() == 3
 
 
-def _control_on_pipe(method: str, request: bytes) -> Any:
-    """Send a ``control`` frame naming ``method`` on this worker's own call pipe; its reply."""
+ROUTES = ["pipe", "asyncio call stream", "fast-lane call stream"]
+
+
+def _control_frame(route: str, method: str, request: bytes) -> Any:
+    """Send a ``control`` frame naming ``method`` to this worker on ``route``; its reply."""
     from gradwire._proto import worker_pb2 as pb
     from gradwire._wire.framing import Frame, encode_frame
 
     agent = current()
+    message_id = 1 << 50
+    control = pb.ControlRequest(message_id=message_id, method=method, request=request)
+    frame = Frame(pb.FrameHeader(control=control, last=True), ())
+    me = agent.peers[0]
+    if route != "pipe":
+        assert me.call_dial != me.dial  # the worker has a fast lane
+        return agent.transport.call(
+            me.dial if route.startswith("asyncio") else me.call_dial, frame, 10
+        )
     done = threading.Event()
     out: list[Any] = []
 
@@ -152,26 +164,39 @@ def _control_on_pipe(method: str, request: bytes) -> Any:
         out.append(frame if frame is not None else error)
         done.set()
 
-    message_id = 1 << 50
-    control = pb.ControlRequest(message_id=message_id, method=method, request=request)
-    encoded = encode_frame(Frame(pb.FrameHeader(control=control, last=True), ()))
-    agent.transport.pipe_call(agent.peers[0].dial, message_id, encoded, 10, answered)
+    agent.transport.pipe_call(me.dial, message_id, encode_frame(frame), 10, answered)
     assert done.wait(10)
     return out[0]
 
 
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize(
     "method", ["RemoteCall", "Shutdown", "__import__", "PropagateGradients", "FetchRRef"]
 )
-def test_a_control_frame_may_name_only_the_listed_control_methods(solo: None, method: str) -> None:
-    reply = _control_on_pipe(method, b"")
+def test_a_control_frame_may_name_only_the_listed_control_methods(
+    solo: None, route: str, method: str
+) -> None:
+    reply = _control_frame(route, method, b"")
     assert reply.header.reply.HasField("error"), reply
-    assert "is not a control method the call pipe serves" in reply.header.reply.error.message
+    assert "is not a control method a call frame serves" in reply.header.reply.error.message
     assert rpc.rpc_sync("solo", operator.add, (1, 2)) == 3  # the worker serves on
 
 
-def test_a_malformed_control_request_is_an_error_reply(solo: None) -> None:
-    reply = _control_on_pipe("RRefDelete", b"\xff\xff\xff")
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_malformed_control_request_is_an_error_reply(solo: None, route: str) -> None:
+    reply = _control_frame(route, "RRefDelete", b"\xff\xff\xff")
     assert reply.header.reply.HasField("error"), reply
     assert "malformed RRefDelete request" in reply.header.reply.error.message
     assert rpc.rpc_sync("solo", operator.add, (1, 2)) == 3
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_well_formed_control_frame_gets_its_methods_response(solo: None, route: str) -> None:
+    from gradwire._proto import worker_pb2 as pb
+
+    # ReleaseContext of a context this worker never had: answered (nothing to release).
+    request = pb.ReleaseContextRequest(context_id=987654321).SerializeToString()
+    reply = _control_frame(route, "ReleaseContext", request)
+    assert not reply.header.reply.HasField("error"), reply
+    assert reply.header.reply.message_id == 1 << 50
+    pb.Ack.FromString(reply.header.reply.control_response)

@@ -69,7 +69,8 @@ def _answer(frame: Any) -> dict[str, Any]:
 
 def fetch_frames(rank: int, world_size: int) -> dict[str, Any]:
     """A ``fetch_request`` frame on ``Call``/``CallStream`` of either server of the owner gets
-    exactly the frame ``Fetch`` returns; remote() rides the call pipe (no rpc_async made)."""
+    exactly the frame ``Fetch`` returns; remote() of a plain call rides a call stream of the
+    owner's fast lane, one with an RRef argument the call pipe (no rpc_async made)."""
     if rank != 0:
         return {}
     from gradwire._proto import worker_pb2 as pb
@@ -84,9 +85,13 @@ def fetch_frames(rank: int, world_size: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     ready = rpc.remote("worker1", ones, (1 << 10,))
     ready.to_here(timeout=30)
-    out["pipes_after_remote"] = sum(
-        1 for s in transport._stubs.values() if s.pipe is not None and s.pipe.alive
-    )
+
+    def pipes() -> int:
+        return sum(1 for s in transport._stubs.values() if s.pipe is not None and s.pipe.alive)
+
+    out["pipes_after_remote"] = pipes()
+    out["with_rref"] = rpc.remote("worker1", to_here_of, (ready,)).to_here(timeout=30)
+    out["pipes_after_rref_argument"] = pipes()
 
     def request(rref: Any) -> Any:
         return pb.FetchRequest(rref_id=to_gid(rref._handle.rref_id), caller_id=rank)
@@ -123,8 +128,9 @@ def owner_rrefs() -> int:
 
 
 def control_on_pipe(rank: int, world_size: int) -> dict[str, Any]:
-    """RRef control messages (here the deletes, and a fork's ForkRequest/ChildAck) ride the
-    call pipe: no unary gRPC future is started for them."""
+    """RRef control messages (here the deletes, and a fork's ForkRequest/ChildAck) ride
+    frames on the owner's call streams or its call pipe: no unary gRPC future is started for
+    them."""
     if rank != 0:
         return {}
     from gradwire._runtime.agent import current

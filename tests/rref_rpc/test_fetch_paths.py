@@ -37,11 +37,13 @@ def test_ready_plain_values_skip_the_busy_pool_others_wait_for_it(options):
 
 
 @pytest.mark.parametrize("options", [TCP, {"rpc_timeout": 60.0}], ids=["tcp", "defaults"])
-def test_a_fetch_frame_on_a_call_stream_gets_what_fetch_returns_and_remote_rides_the_pipe(
+def test_a_fetch_frame_on_a_call_stream_gets_what_fetch_returns_and_remote_rides_a_stream(
     options,
 ):
     out = run_cluster(2, fetch_bodies.fetch_frames, timeout=120, options=options)[0].value
-    assert out["pipes_after_remote"] == 1  # remote()'s RemoteCall went on the call pipe
+    assert out["pipes_after_remote"] == 0  # a plain remote() went on a fast-lane call stream
+    # one with an RRef argument (run once its owner confirmed it) on the call pipe
+    assert out["with_rref"] == float(1 << 10) and out["pipes_after_rref_argument"] == 1
     ready = out["ready"]
     unary = ready.pop("unary Fetch")
     assert unary["raw"] and not unary["continuation"] and not unary["error"]
@@ -54,7 +56,7 @@ def test_a_fetch_frame_on_a_call_stream_gets_what_fetch_returns_and_remote_rides
 
 
 @pytest.mark.parametrize("options", [TCP, {"rpc_timeout": 60.0}], ids=["tcp", "defaults"])
-def test_rref_control_messages_ride_the_call_pipe(options):
+def test_rref_control_messages_ride_call_frames_not_unary_calls(options):
     out = run_cluster(3, fetch_bodies.control_on_pipe, timeout=120, options=options)[0].value
     assert out["owner_rrefs_back"] is True  # every delete arrived: the owner holds none again
     assert out["unary_control"] == []

@@ -27,6 +27,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any, Protocol
 
 import grpc
@@ -136,13 +137,23 @@ class _CoreStream:
 
     def exchange(self, request: bytes) -> bytes:
         """Send ``request``, return the reply; raises StreamFailed when the stream ends."""
-        call = self._call
-        if not call.operate(
+        self.send(request)
+        return self.receive()
+
+    def send(self, request: bytes) -> None:
+        """Start sending ``request`` and receiving its reply (returns at once; ``receive``,
+        from any one thread, takes the reply). Raises StreamFailed when the stream ended."""
+        if not self._call.operate(
             (cygrpc.SendMessageOperation(request, 0), cygrpc.ReceiveMessageOperation(0)), _EXCHANGE
         ):  # gRPC did not start it: the call is over
             self.close()
             raise StreamFailed(grpc.StatusCode.UNAVAILABLE, "the call stream has ended")
         self._due.add(_EXCHANGE)
+
+    def receive(self) -> bytes:
+        """The reply of the request ``send`` started; raises StreamFailed when the stream
+        ends first."""
+        call = self._call
         failure: StreamFailed | None = None
         while True:
             event = call.next_event()
@@ -347,32 +358,92 @@ class Streams:
     def exchange(self, frame: Frame, timeout: float | None) -> Frame | None:
         """Send ``frame`` on a stream and return its reply frame; None when no stream is free
         (send it as a unary call). Raises grpc.RpcError like the unary call would."""
-        try:
-            stream = self._idle.pop()
-        except IndexError:
-            new = self._new()
-            if new is None:
-                return None
-            stream = new
+        stream = self._take()
+        if stream is None:
+            return None
         if timeout is not None:
             self._watchdog.arm(stream, time.monotonic() + timeout)
         try:
             reply = stream.exchange(encode_frame(frame))
         except BaseException:
-            self._discard(stream, timeout)
-            if stream.expired:
-                raise _timed_out(timeout) from None
+            self._failed(stream, timeout)
             raise
+        self._give_back(stream, timeout)
+        return decode_frame(reply)
+
+    def start(
+        self,
+        encoded: bytes,
+        timeout: float | None,
+        readers: Executor,
+        done: Callable[[Frame | None, grpc.RpcError | None], None],
+    ) -> bool:
+        """Send the encoded frame on a stream from this thread and return at once; a thread of
+        ``readers`` waits for the reply and runs ``done(reply frame, None)`` or ``done(None,
+        grpc error)``, then gives the stream back. False when no stream is free, or the
+        streams are not driven through the core call API (send it another way)."""
+        if self._core is None:
+            return False
+        stream = self._take()
+        if stream is None:
+            return False
+        assert isinstance(stream, _CoreStream)
+        if timeout is not None:
+            self._watchdog.arm(stream, time.monotonic() + timeout)
+        try:
+            stream.send(encoded)
+        except BaseException:
+            self._failed(stream, timeout)
+            raise
+
+        def receive() -> None:
+            try:
+                reply = decode_frame(stream.receive())
+            except grpc.RpcError as exc:
+                error: grpc.RpcError = exc
+                try:
+                    self._failed(stream, timeout)
+                except grpc.RpcError as timed_out:  # its deadline passed: say so
+                    error = timed_out
+                done(None, error)
+                return
+            except BaseException as exc:  # noqa: BLE001 - a reply that does not decode
+                self._failed(stream, timeout)
+                done(None, StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply: {exc}"))
+                return
+            self._give_back(stream, timeout)
+            done(reply, None)
+
+        try:
+            readers.submit(receive)
+        except RuntimeError:  # the readers were shut down: the transport is closing
+            self._failed(stream, timeout)
+            raise StreamFailed(grpc.StatusCode.UNAVAILABLE, "the transport is closing") from None
+        return True
+
+    def _take(self) -> _Stream | None:
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self._new()
+
+    def _failed(self, stream: _Stream, timeout: float | None) -> None:
+        """Discard a stream whose exchange failed; raises the timeout when its deadline had
+        passed (the watchdog cancelled it)."""
+        self._discard(stream, timeout)
+        if stream.expired:
+            raise _timed_out(timeout) from None
+
+    def _give_back(self, stream: _Stream, timeout: float | None) -> None:
         if timeout is not None and self._watchdog.disarm(stream):
             self._discard(stream, None)  # cancelled as its reply came: the reply still counts
+            return
+        stream.idle_since = time.monotonic()
+        self._idle.append(stream)
+        if self._closed:  # closed meanwhile: nobody else will close it
+            self.close()
         else:
-            stream.idle_since = time.monotonic()
-            self._idle.append(stream)
-            if self._closed:  # closed meanwhile: nobody else will close it
-                self.close()
-            else:
-                self._expire(stream.idle_since)
-        return decode_frame(reply)
+            self._expire(stream.idle_since)
 
     def _expire(self, now: float) -> None:
         """Close the streams idle for over ``STREAM_IDLE_SECONDS`` (the least recently used

@@ -135,9 +135,24 @@ class RRefCalls:
         deadline = time.monotonic() + (timeout or 0.0) + svc.control_budget
         svc.track(1)
 
+        # A one-frame call whose function runs when it arrives (not @async_execution, no RRef
+        # argument to wait for) goes on a call stream of the owner's fast lane: sent from this
+        # thread and served on the callee's stream thread, it skips the pipe's thread
+        # hand-offs on both sides, which a to_here() right after it waits for.
+        streamed = (
+            single
+            and peer.call_dial != peer.dial
+            and not ctx.objects.get("R")
+            and not getattr(fn, ASYNC_EXECUTION_ATTR, False)
+        )
+
         def start(seconds: float, settled: Callable[[Any], None]) -> None:
             if single:  # on the call pipe, with rpc_async's calls: no gRPC call of its own
                 answer = PipeAnswer(me, settled, _remote_ack, "a remote() reply")
+                if streamed and svc.transport.stream_call(
+                    peer.call_dial, encoded, seconds, answer.done
+                ):
+                    return  # else every stream is busy: the pipe
                 svc.transport.pipe_call(peer.dial, call.message_id, encoded, seconds, answer.done)
             else:
                 svc.transport.framed_control_future(

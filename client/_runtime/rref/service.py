@@ -169,18 +169,22 @@ class RRefService:
         body = request.SerializeToString()
 
         def start(seconds: float, settled: Callable[[Any], None]) -> None:
-            # On the destination's call pipe, beside remote() and rpc_async: a gRPC future of
-            # its own would start grpcio's "channel spin" thread whenever that channel has no
-            # other call in flight (one thread per delete in a remote()/to_here() loop).
+            # A frame on a call stream of the destination's fast lane (sent from this thread,
+            # answered at once there), else on its call pipe: a gRPC future of its own would
+            # start grpcio's "channel spin" thread whenever that channel has no other call in
+            # flight (one thread per delete in a remote()/to_here() loop).
+            peer = peers[msg.dest]
             message_id = self.next_message_id()
             control = pb.ControlRequest(message_id=message_id, method=method, request=body)
             encoded = encode_frame(Frame(pb.FrameHeader(control=control, last=True), ()))
             answer = PipeAnswer(
                 self.ctx, settled, lambda r: response_cls.FromString(r.control_response), method
             )
-            self.transport.pipe_call(
-                peers[msg.dest].dial, message_id, encoded, seconds, answer.done
-            )
+            if peer.call_dial != peer.dial and self.transport.stream_call(
+                peer.call_dial, encoded, seconds, answer.done
+            ):
+                return
+            self.transport.pipe_call(peer.dial, message_id, encoded, seconds, answer.done)
 
         def done(reply: Any, error: BaseException | None) -> None:
             try:

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 # gRPC core logs connection chatter (GOAWAY on every peer shutdown) at INFO to stderr; gradwire
@@ -74,6 +75,9 @@ CONTROL_REQUESTS: dict[str, Any] = {
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 #: Call streams kept open per address for rpc_sync (calls beyond that many at once go unary).
 STREAMS_PER_PEER = 8
+#: Threads waiting for the replies of calls started with ``Transport.stream_call`` (a call
+#: past them waits for one; each holds its stream until its reply is read).
+STREAM_READERS = 8
 #: Seconds a peer's fast-lane port has to accept the first connection (else its main port).
 PROBE_SECONDS = 3.0
 
@@ -255,6 +259,8 @@ class Transport:
         self.fallback_of: Callable[[str], str] = lambda _address: ""
         self._closed = False
         self.watchdog = Watchdog()
+        #: Threads that wait for the replies of ``stream_call`` (started at its first use).
+        self._readers: ThreadPoolExecutor | None = None
         self.metadata: tuple[tuple[str, str], ...] = ()
         self.set_token(options.token, caller_id)
 
@@ -340,6 +346,29 @@ class Transport:
         if reply is None:
             reply = stubs.call(frame, timeout=timeout, metadata=self.metadata)
         return reply
+
+    def stream_call(
+        self,
+        address: str,
+        encoded: bytes,
+        timeout: float | None,
+        done: Callable[[Frame | None, grpc.RpcError | None], None],
+    ) -> bool:
+        """Start a single-frame call on one of the address's call streams, sent from this
+        thread; a reader thread waits for its reply and runs ``done(reply frame, None)`` or
+        ``done(None, grpc error)``. False when no stream is free (send it on the pipe)."""
+        stubs = self._get(address)
+        readers = self._readers
+        if readers is None:
+            with self._lock:
+                if self._closed:
+                    raise RpcShutdownError("the local RPC agent is shut down")
+                if self._readers is None:
+                    self._readers = ThreadPoolExecutor(
+                        STREAM_READERS, thread_name_prefix="gradwire-stream-replies"
+                    )
+                readers = self._readers
+        return stubs.streams.start(encoded, timeout, readers, done)
 
     def pipe_call(
         self,
@@ -500,3 +529,5 @@ class Transport:
             if s.pipe is not None:
                 s.pipe.cancel()
             s.channel.close()
+        if self._readers is not None:  # their streams' calls were cancelled with the channels
+            self._readers.shutdown(wait=False)
