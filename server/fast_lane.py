@@ -115,12 +115,39 @@ class _Lane:
         caller = self._caller(context)
         while True:
             with blocking_region():
-                raw = next(requests, None)
-            if raw is None:  # the caller closed the stream
-                return
-            frame = _decode(raw)
-            self._check(frame, context)
+                # Neither waiting for the next frame nor answering a fetch of a set plain
+                # value (no user code runs) holds a serving slot: to_here() of a ready value
+                # is answered however busy the pool is.
+                while True:
+                    raw = next(requests, None)
+                    if raw is None:  # the caller closed the stream
+                        return
+                    frame = _decode(raw)
+                    self._check(frame, context)
+                    ready = self._ready_fetch(frame, caller)
+                    if ready is None:
+                        break
+                    yield ready
             yield self._call(frame, caller, context)
+
+    def _ready_fetch(self, frame: Frame, caller: int) -> Frame | None:
+        """The answer of a fetch frame whose value is plain and set, or set within
+        ``FETCH_WAIT_SECONDS`` (the RemoteCall making it is usually running on another stream
+        of this lane); None for any other frame (``_call`` serves it on a slot)."""
+        agent = self._agent
+        if not frame.header.HasField("fetch_request") or agent.state in (
+            AgentState.SHUTDOWN,
+            AgentState.UNINITIALIZED,
+        ):
+            return None
+        request = frame.header.fetch_request
+        try:
+            reply = agent.rref.fetch.serve_now(request, caller, wait_seconds=FETCH_WAIT_SECONDS)
+        except Exception:  # noqa: BLE001 - the pool path answers, and reports it
+            return None
+        if reply is None:
+            return None
+        return fetch_answer(agent, request, reply, caller)
 
     def _call(self, frame: Frame, caller: int, context: grpc.ServicerContext) -> Frame:
         if frame.header.HasField("fetch_request"):  # to_here() on a call stream
@@ -243,6 +270,11 @@ class _Lane:
         except Exception as exc:  # noqa: BLE001 - becomes the call's status
             _abort(context, exc)
             raise  # pragma: no cover - abort raises
+
+
+#: How long a fetch on a call stream waits for a value not set yet (holding its stream's
+#: thread, no serving slot) before it is parked for the caller to stream with FetchReply.
+FETCH_WAIT_SECONDS = 0.25
 
 
 def _wait_seconds(agent: Any, context: grpc.ServicerContext) -> float | None:

@@ -110,9 +110,8 @@ def fetch_frames(rank: int, world_size: int) -> dict[str, Any]:
         name: _answer(transport.call(address, fetch_frame(unknown), 30))["error"]
         for name, address in (("asyncio server", peer.dial), ("fast lane", peer.call_dial))
     }
-    # A value still to come: the fast lane parks it (none of its threads waits) and the caller
-    # streams it from the asyncio server, as rref.to_here() does; the asyncio server (the only
-    # one over TCP) answers once the value is set, holding no thread meanwhile.
+    # A value still to come: the fast lane waits FETCH_WAIT_SECONDS for it, then parks it and
+    # the caller streams it from the asyncio server, as rref.to_here() does.
     out["fast_lane"] = peer.call_dial != peer.dial
     later = rpc.remote("worker1", sleep_then, (1.0, "later"))
     parked = transport.call(peer.call_dial, fetch_frame(request(later)), 30)

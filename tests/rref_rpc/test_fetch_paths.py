@@ -1,7 +1,7 @@
-"""to_here() of a ready plain value is answered on the owner's I/O loop (a tensor for the
-caller's bulk lane by a thread of the loop's executor); other values, whose encoding may run
-user code (reducers), on its serving pool (docs/architecture.md, "Where a
-call's time goes")."""
+"""to_here() of a ready plain value is answered without a serving slot (on a fast-lane stream
+thread, or on the I/O loop of an owner without a fast lane); other values, whose encoding may
+run user code (reducers), on its serving pool (docs/architecture.md, "Where a call's time
+goes")."""
 
 from __future__ import annotations
 

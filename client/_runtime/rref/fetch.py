@@ -78,11 +78,11 @@ class RRefFetch:
         asm = Assembler(me.options.max_message_bytes, peer.name)
         try:
             with blocking_region():
-                # One frame on a call stream of the owner's asyncio server (the latency path,
-                # as rpc_sync's): a set plain value is answered on its I/O loop however busy
-                # its serving pool is (the fast lane would need a pool thread); a large value,
-                # or one still to come, is parked and streamed with FetchReply.
-                frame = svc.transport.call(peer.dial, fetch_frame(request), timeout)
+                # One frame on a call stream of the owner's fast lane (the latency path, as
+                # rpc_sync's; its asyncio server without one): a set plain value is answered
+                # there without a serving slot, however busy the pool is; a large value, or
+                # one still to come, is parked and streamed with FetchReply.
+                frame = svc.transport.call(peer.call_dial, fetch_frame(request), timeout)
                 cont = frame.header.fetch.continuation
                 if not cont:
                     asm.feed(frame)
@@ -149,7 +149,11 @@ class RRefFetch:
         return out
 
     def serve_now(
-        self, request: pb.FetchRequest, caller_id: int, may_block: bool = True
+        self,
+        request: pb.FetchRequest,
+        caller_id: int,
+        may_block: bool = True,
+        wait_seconds: float = 0.0,
     ) -> Reply | None | object:
         """The FetchRRef answer made on the calling thread (the I/O loop's), or None when it
         must be made on the serving pool: the value is not set yet, is not a plain CPU tensor
@@ -161,6 +165,10 @@ class RRefFetch:
         that may block (not the serving pool: a busy pool must not delay a ready value). Encoding such a value runs no user code (no reducer,
         no hook) and copies no more than the one-frame reply the loop assembles anyway, so the
         latency path skips a hand-off to the pool and back.
+
+        ``wait_seconds``: how long a value not set yet is waited for here (a fast-lane stream
+        thread, which holds no serving slot meanwhile: the RemoteCall that sets it is usually
+        running on another one).
         """
         if request.HasField("autograd"):
             return None
@@ -170,7 +178,12 @@ class RRefFetch:
         except UnknownRRefError:
             return None  # the pool path answers with the error
         if not slot.done():
-            return None
+            if wait_seconds <= 0:
+                return None
+            try:
+                slot.wait(wait_seconds)  # an error set in it is raised: the pool path answers
+            except TimeoutError:
+                return None
         value = slot.wait(0)
         if type(value) is Tensor:
             size = value.numel() * value.element_size()
