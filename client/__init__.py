@@ -75,6 +75,7 @@ from ._functional import __all__ as _functional_all
 from ._legacy import BoolTensor, DoubleTensor, FloatTensor, IntTensor, LongTensor
 from ._serialization import load, save
 from ._tensor import Tensor, from_numpy, is_tensor
+from ._threads import get_num_threads, set_num_threads
 from .autograd.grad_mode import (
     enable_grad,
     inference_mode,
@@ -88,6 +89,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Tensor",
+    "set_num_threads",
+    "get_num_threads",
     "tensor",
     "as_tensor",
     "from_numpy",

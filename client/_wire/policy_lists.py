@@ -418,7 +418,8 @@ gradwire.cli: *
 gradwire.server: *
 gradwire.demo: *
 # gradwire: process-wide settings and callbacks that run later
-gradwire: set_default_dtype
+gradwire: set_default_dtype set_num_threads
+gradwire: get_num_threads    # reads the host's BLAS thread pools (threadpoolctl loads libraries)
 gradwire:Tensor. register_hook
 gradwire.nn:Module. register_forward_hook register_forward_pre_hook share_memory
 gradwire.futures: blocking_region set_blocking_hook
