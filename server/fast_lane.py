@@ -206,9 +206,9 @@ class _Lane:
             ack = agent.control_handlers["RemoteCall"](self._assemble(frame, caller), caller)
             if isinstance(ack, Future):
                 # Done already: the function ran in the handler, on this thread. Not when this
-                # is a retry of a call still running elsewhere: then its end is awaited here
-                # (a timeout would fail a creation that succeeds); the caller's deadline
-                # cancels its stream meanwhile. Waiting lends the slot back.
+                # is a duplicate of a call still running elsewhere (gradwire's callers send
+                # only a first attempt here, retries go on the pipe): its end is awaited (a
+                # timeout would fail a creation that succeeds). Waiting lends the slot back.
                 ack = ack.wait(None)
         except Exception as exc:  # noqa: BLE001 - the caller gets it as the call's error
             return one_frame(*agent.callee.encode_error(call, exc))

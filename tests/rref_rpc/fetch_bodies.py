@@ -166,3 +166,31 @@ def control_on_pipe(rank: int, world_size: int) -> dict[str, Any]:
 
 def to_here_of(rref: Any) -> float:
     return float(rref.to_here().sum())
+
+
+def slow_remote_retries_on_the_pipe(rank: int, world_size: int) -> dict[str, Any]:
+    """A remote() whose function outlasts one attempt: the first attempt rides a call stream,
+    the retries the call pipe (whose wait for a running call holds no thread)."""
+    if rank != 0:
+        return {}
+    from gradwire._runtime import agent as _agent
+    from gradwire._runtime.rref import send
+
+    send.ATTEMPT_SECONDS = 0.4  # the function below takes 1.5 s: about three retries
+    transport = _agent.current().transport
+    routes: list[str] = []
+    real_stream, real_pipe = transport.stream_call, transport.pipe_call
+
+    def stream_call(*args: Any) -> bool:
+        routes.append("stream")
+        return real_stream(*args)
+
+    def pipe_call(*args: Any) -> None:
+        routes.append("pipe")
+        real_pipe(*args)
+
+    transport.stream_call, transport.pipe_call = stream_call, pipe_call
+    rref = rpc.remote("worker1", sleep_then, (1.5, "slow"))
+    value = rref.to_here(timeout=30)
+    transport.stream_call, transport.pipe_call = real_stream, real_pipe
+    return {"value": value, "routes": routes}

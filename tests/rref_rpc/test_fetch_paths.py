@@ -60,3 +60,13 @@ def test_rref_control_messages_ride_call_frames_not_unary_calls(options):
     out = run_cluster(3, fetch_bodies.control_on_pipe, timeout=120, options=options)[0].value
     assert out["owner_rrefs_back"] is True  # every delete arrived: the owner holds none again
     assert out["unary_control"] == []
+
+
+def test_a_slow_remote_is_retried_on_the_pipe_not_on_more_streams():
+    out = run_cluster(2, fetch_bodies.slow_remote_retries_on_the_pipe, timeout=120, options=TCP)[
+        0
+    ].value
+    assert out["value"] == "slow"
+    routes = out["routes"]
+    assert routes[0] == "stream" and len(routes) >= 2, routes  # it was retried
+    assert set(routes[1:]) == {"pipe"}, routes

@@ -139,17 +139,21 @@ class RRefCalls:
         # argument to wait for) goes on a call stream of the owner's fast lane: sent from this
         # thread and served on the callee's stream thread, it skips the pipe's thread
         # hand-offs on both sides, which a to_here() right after it waits for.
-        streamed = (
+        # Only the first attempt: a retry (the first one timed out: a slow function, or a lost
+        # answer) goes on the pipe, whose wait for a call still running holds no thread; on a
+        # stream each attempt would hold one of the owner's threads until the function ends.
+        streamed = [
             single
             and peer.call_dial != peer.dial
             and not ctx.objects.get("R")
             and not getattr(fn, ASYNC_EXECUTION_ATTR, False)
-        )
+        ]
 
         def start(seconds: float, settled: Callable[[Any], None]) -> None:
             if single:  # on the call pipe, with rpc_async's calls: no gRPC call of its own
                 answer = PipeAnswer(me, settled, _remote_ack, "a remote() reply")
-                if streamed and svc.transport.stream_call(
+                first, streamed[0] = streamed[0], False
+                if first and svc.transport.stream_call(
                     peer.call_dial, encoded, seconds, answer.done
                 ):
                     return  # else every stream is busy: the pipe
