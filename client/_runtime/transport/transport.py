@@ -75,9 +75,10 @@ CONTROL_REQUESTS: dict[str, Any] = {
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 #: Call streams kept open per address for rpc_sync (calls beyond that many at once go unary).
 STREAMS_PER_PEER = 8
-#: Threads waiting for the replies of calls started with ``Transport.stream_call`` (a call
-#: past them waits for one; each holds its stream until its reply is read).
-STREAM_READERS = 8
+#: Threads waiting for the replies of calls started with ``Transport.stream_call``, started
+#: as needed (a reply past them waits for one, at most until its call's deadline cancels its
+#: stream; each holds its stream until its reply is read).
+STREAM_READERS = 32
 #: Seconds a peer's fast-lane port has to accept the first connection (else its main port).
 PROBE_SECONDS = 3.0
 
