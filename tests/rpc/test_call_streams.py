@@ -362,3 +362,78 @@ def test_a_call_past_its_deadline_is_cancelled_by_the_watchdog(core: bool) -> No
         streams.close()
         echo.server.stop(0)
         dog.close()
+
+
+def _started(streams: call_streams.Streams, readers: Any, data: bytes, timeout: float) -> Any:
+    """``Streams.start`` a frame; a queue that gets ``(reply frame, error)``, or None when no
+    stream was free."""
+    import queue
+
+    out: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    encoded = encode_frame(_frame(data))
+    if not streams.start(encoded, timeout, readers, lambda f, e: out.put((f, e))):
+        return None
+    return out
+
+
+@pytest.mark.skipif(not call_streams.CORE_CALL_API, reason="no core call API")
+def test_a_started_frame_is_answered_on_a_reader_thread_and_its_stream_comes_back() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    dog, echo, readers = Watchdog(), _EchoServer(), ThreadPoolExecutor(4)
+    streams = _raw_streams(echo.port, dog, True)
+    try:
+        answers = [_started(streams, readers, b"a%d" % i, 5.0) for i in range(2)]
+        got = [a.get(timeout=5) for a in answers]
+        assert [(f.raw[0], e) for f, e in got] == [(b"a0", None), (b"a1", None)]
+        # Both streams (the limit) wait for slow replies: the next frame goes another way.
+        slow = [_started(streams, readers, b"sleep", 5.0) for _ in range(2)]
+        assert all(a is not None for a in slow)
+        assert _started(streams, readers, b"busy", 5.0) is None
+        assert [a.get(timeout=5)[0].raw[0] for a in slow] == [b"sleep", b"sleep"]
+        deadline = time.monotonic() + 5
+        while len(streams._idle) < 2 and time.monotonic() < deadline:  # given back
+            time.sleep(0.01)
+        assert len(streams._idle) == 2 and _open(streams) == 2
+        # A reply later than its deadline: the error says so, the stream is dropped.
+        late = _started(streams, readers, b"sleep", 0.3)
+        frame, error = late.get(timeout=5)
+        assert frame is None and error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert _open(streams) == 1
+        # The server goes away: the idle stream's frame fails (UNAVAILABLE), nothing hangs.
+        echo.server.stop(0).wait(5)
+        time.sleep(0.2)
+        started = time.monotonic()
+        dead = _started(streams, readers, b"x", 5.0)
+        if dead is not None:  # sent on the idle stream before its end was seen
+            frame, error = dead.get(timeout=5)
+            assert frame is None and error.code() == grpc.StatusCode.UNAVAILABLE
+        assert time.monotonic() - started < 3
+    finally:
+        streams.close()
+        readers.shutdown(wait=False)
+        echo.server.stop(0)
+        dog.close()
+
+
+@pytest.mark.skipif(not call_streams.CORE_CALL_API, reason="no core call API")
+def test_a_stream_that_ended_while_idle_is_not_used_to_start_a_frame() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    dog, echo, readers = Watchdog(), _EchoServer(), ThreadPoolExecutor(2)
+    streams = _raw_streams(echo.port, dog, True)
+    try:
+        assert streams.exchange(_frame(b"warm"), 5.0) is not None
+        idle = streams._idle[0]
+        idle.close()  # ended (as a stream the peer closed): gRPC will not start a send on it
+        assert _started(streams, readers, b"x", 5.0) is None  # nothing sent: go another way
+        assert _open(streams) == 0 and not streams._idle
+        # The next frame opens a new stream and is answered.
+        answer = _started(streams, readers, b"y", 5.0)
+        frame, error = answer.get(timeout=5)
+        assert error is None and frame.raw[0] == b"y"
+    finally:
+        streams.close()
+        readers.shutdown(wait=False)
+        echo.server.stop(0)
+        dog.close()

@@ -388,36 +388,36 @@ class Streams:
         if stream is None:
             return False
         assert isinstance(stream, _CoreStream)
-        if timeout is not None:
-            self._watchdog.arm(stream, time.monotonic() + timeout)
         try:
             stream.send(encoded)
-        except BaseException:
-            self._failed(stream, timeout)
-            raise
+        except Exception:  # noqa: BLE001 - the stream ended while idle: nothing was sent
+            self._discard(stream, None)
+            return False
+        if timeout is not None:
+            self._watchdog.arm(stream, time.monotonic() + timeout)
 
         def receive() -> None:
+            error: grpc.RpcError | None = None
             try:
                 reply = decode_frame(stream.receive())
             except grpc.RpcError as exc:
-                error: grpc.RpcError = exc
-                try:
-                    self._failed(stream, timeout)
-                except grpc.RpcError as timed_out:  # its deadline passed: say so
-                    error = timed_out
-                done(None, error)
+                error = exc
+            except Exception as exc:  # noqa: BLE001 - a reply that does not decode
+                error = StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply: {exc}")
+            if error is None:
+                self._give_back(stream, timeout)
+                done(reply, None)
                 return
-            except BaseException as exc:  # noqa: BLE001 - a reply that does not decode
+            try:
                 self._failed(stream, timeout)
-                done(None, StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply: {exc}"))
-                return
-            self._give_back(stream, timeout)
-            done(reply, None)
+            except grpc.RpcError as timed_out:  # its deadline passed: say so
+                error = timed_out
+            done(None, error)
 
         try:
             readers.submit(receive)
         except RuntimeError:  # the readers were shut down: the transport is closing
-            self._failed(stream, timeout)
+            self._discard(stream, timeout)
             raise StreamFailed(grpc.StatusCode.UNAVAILABLE, "the transport is closing") from None
         return True
 
