@@ -22,16 +22,15 @@ def set_num_threads(num: int) -> None:
     Raises:
         RuntimeError: ``num`` is not a positive int (PyTorch raises RuntimeError too).
     """
-    if isinstance(num, bool) or not isinstance(num, int):
-        try:
-            num = operator.index(num) if not isinstance(num, bool) else num
-        except TypeError:
-            pass
-        if isinstance(num, bool) or not isinstance(num, int):
-            raise RuntimeError(
-                f"set_num_threads expects an int, but got {type(num).__name__}: pass the "
-                "number of threads as an int, e.g. set_num_threads(1)"
-            )
+    try:
+        if isinstance(num, bool):
+            raise TypeError
+        num = operator.index(num)  # an int, or an integer type such as numpy.int64
+    except TypeError:
+        raise RuntimeError(
+            f"set_num_threads expects an int, but got {type(num).__name__}: pass the "
+            "number of threads as an int, e.g. set_num_threads(1)"
+        ) from None
     if num <= 0:
         raise RuntimeError(f"set_num_threads expects a positive integer, got {num}")
     from threadpoolctl import threadpool_limits

@@ -93,8 +93,10 @@ class _Lane:
         agent = self._agent
         if isinstance(frame, Undecodable):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, frame.error)
-        if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
-            _abort(context, WorkerUnavailableError(f"worker {agent.name!r} is not running"))
+        try:
+            _check_running(agent)
+        except WorkerUnavailableError as exc:
+            _abort(context, exc)
 
     def _caller(self, context: grpc.ServicerContext) -> int:
         return caller_from_metadata(context.invocation_metadata(), self._agent.is_member)
@@ -135,10 +137,7 @@ class _Lane:
         ``FETCH_WAIT_SECONDS`` (the RemoteCall making it is usually running on another stream
         of this lane); None for any other frame (``_call`` serves it on a slot)."""
         agent = self._agent
-        if not frame.header.HasField("fetch_request") or agent.state in (
-            AgentState.SHUTDOWN,
-            AgentState.UNINITIALIZED,
-        ):
+        if not frame.header.HasField("fetch_request"):  # (_check saw the worker running)
             return None
         request = frame.header.fetch_request
         try:
@@ -182,8 +181,7 @@ class _Lane:
         answers at once), the response in the reply frame, an error in the reply's error."""
         agent = self._agent
         try:
-            if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
-                raise WorkerUnavailableError(f"worker {agent.name!r} is not running")
+            _check_running(agent)
             handler, request = control_request(agent, control)
             response = handler(request, caller)
             if isinstance(response, Future):
@@ -201,8 +199,7 @@ class _Lane:
         agent = self._agent
         call = frame.header.call
         try:
-            if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
-                raise WorkerUnavailableError(f"worker {agent.name!r} is not running")
+            _check_running(agent)
             ack = agent.control_handlers["RemoteCall"](self._assemble(frame, caller), caller)
             if isinstance(ack, Future):
                 # Done already: the function ran in the handler, on this thread. Not when this
@@ -220,8 +217,7 @@ class _Lane:
         (or too large for one frame) is parked, so no thread waits for it here."""
         agent = self._agent
         try:
-            if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
-                raise WorkerUnavailableError(f"worker {agent.name!r} is not running")
+            _check_running(agent)
             try:
                 reply = agent.rref.fetch.serve_now(request, caller)
             except Exception:  # noqa: BLE001 - the handler answers, and reports it
@@ -259,8 +255,7 @@ class _Lane:
         agent = self._agent
         handler = agent.control_handlers.get(method)
         try:
-            if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
-                raise WorkerUnavailableError(f"worker {agent.name!r} is not running")
+            _check_running(agent)
             if handler is None:
                 raise NotImplementedError(f"worker {agent.name!r} has no handler for {method}")
             answer = handler(request, caller)
@@ -275,6 +270,12 @@ class _Lane:
 #: How long a fetch on a call stream waits for a value not set yet (holding its stream's
 #: thread, no serving slot) before it is parked for the caller to stream with FetchReply.
 FETCH_WAIT_SECONDS = 0.25
+
+
+def _check_running(agent: Any) -> None:
+    """Raise WorkerUnavailableError when the worker is not running (not yet, or no more)."""
+    if agent.state in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED):
+        raise WorkerUnavailableError(f"worker {agent.name!r} is not running")
 
 
 def _wait_seconds(agent: Any, context: grpc.ServicerContext) -> float | None:
