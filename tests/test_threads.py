@@ -46,3 +46,39 @@ def test_an_integer_like_value_is_taken() -> None:
     threads = gw.get_num_threads()
     gw.set_num_threads(np.int64(threads))  # what it was: nothing changes for other tests
     assert gw.get_num_threads() == threads
+
+
+_CASES = [1, 2, 0, -3, 1.5, True, "2", None]
+
+
+def test_pytorch_takes_and_refuses_the_same_values() -> None:
+    from torch_oracle import torch_python, torch_values
+
+    threads = gw.get_num_threads()
+    ours = []
+    try:
+        for v in _CASES:
+            try:
+                gw.set_num_threads(v)  # type: ignore[arg-type]
+                ours.append(gw.get_num_threads() == v)
+            except RuntimeError:
+                ours.append(False)
+    finally:
+        gw.set_num_threads(threads)
+    assert ours == [True, True, False, False, False, False, False, False]
+    if torch_python() is None:
+        pytest.skip("the PyTorch side needs torch (GRADWIRE_TORCH_PYTHON); gradwire's side ran")
+    theirs = torch_values(
+        f"cases = {_CASES!r}\n"
+        "start = torch.get_num_threads()\n"
+        "taken = []\n"
+        "for v in cases:\n"
+        "    try:\n"
+        "        torch.set_num_threads(v)\n"
+        "        taken.append(torch.get_num_threads() == v)\n"
+        "    except RuntimeError:\n"
+        "        taken.append(False)\n"
+        "torch.set_num_threads(start)\n"
+        "out['taken'] = np.array(taken)\n"
+    )["taken"].tolist()
+    assert theirs == ours
