@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from rpc_bench import _gradwire_proc, _rows, _torch_proc  # noqa: E402
+from rpc_bench import _applies, _gradwire_proc, _rows, _torch_proc  # noqa: E402
 
 
 class _Script:
@@ -68,7 +68,8 @@ def main() -> int:
     parser.add_argument("--async-calls", type=int, default=2000)
     parser.add_argument("--iters", type=int, default=20)
     ns = parser.parse_args()
-    rows = [r for r in _rows(ns, [int(s) for s in ns.sizes.split(",")]) if r[1] != "stream"]
+    sizes = [int(s) for s in ns.sizes.split(",")]
+    rows = [r for r in _rows(ns, sizes) if _applies(ns.framework, r[1])]
     conn: Any = (
         _Script([(m, a) for _, m, a, _ in rows], ns.done) if ns.rank == 0 else _Wait(ns.done)
     )

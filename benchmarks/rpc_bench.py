@@ -10,7 +10,8 @@ Contestants (each a driver process that measures and a peer process, kept alive 
   torch          TensorPipe's defaults (shm transport, cma channel on one host)
   torch-tcp      TensorPipe with the "uv" (TCP) transport and the "basic" channel only
   raw            a raw grpcio server over TCP: unary calls, and a bidirectional stream echoing
-                 1 MiB messages (the wire's floor; no remote() or autograd rows)
+                 1 MiB messages; and a plain TCP socket echo (no framework at all: the wire's
+                 floor for any contestant over TCP; no remote() or autograd rows)
 torch runs where it imports; else in $GRADWIRE_TORCH_PYTHON (an interpreter with torch==2.13.0
 and gradwire), else its columns are skipped.
 
@@ -21,6 +22,12 @@ Measures (per round, every contestant in turn, so a shared machine's load hits a
   echo N         rpc_sync echo of an N MiB float32 tensor
   autograd       one dist-autograd iteration: rpc_sync of a 512x512 matmul on the peer, a loss,
                  the distributed backward and get_gradients
+  matmul3        the three 512x512 float32 matmuls of that iteration (one forward, two in the
+                 backward), in the contestant's own tensor library on one BLAS thread and no
+                 RPC: the iteration's compute floor (NumPy's OpenBLAS for gradwire, PyTorch's
+                 for torch)
+  socket N       raw only: echo of N MiB over a plain TCP socket (length-prefixed, read into a
+                 fresh array and summed on both sides, as the contestants' echoes are)
 Received tensors are touched (summed) on both sides, so a mapped but unread page does not
 count as transferred. Each cell is the median over rounds, with the per-round range; the ratio
 columns compare gradwire with torch on the same footing (defaults with defaults, TCP with TCP).
@@ -55,6 +62,7 @@ _STREAM = "/bench.Echo/Stream"
 _RAW_LIMIT = 512 << 20
 _CHUNK = 1 << 20
 _WINDOW = 64
+_LEN = 8  # the socket echo's length prefix
 ALL = ("gradwire", "gradwire-tcp", "torch", "torch-tcp", "raw")
 
 
@@ -170,6 +178,11 @@ def _driver(lib: Any, rpc: Any, dist_autograd: Any, ones: Any, x: Any, w: Any, c
             dist_autograd.backward(cid, [(y * y).mean()])
             assert dist_autograd.get_gradients(cid)[x].shape == x.shape
 
+    def matmul3() -> None:
+        with lib.no_grad():
+            for _ in range(3):
+                x @ w
+
     def remote(mib: int) -> float:
         n = (mib << 20) // 4
         return _median_time(lambda: rpc.remote("w1", ones, (n,)).to_here().sum(), _repeat_for(mib))
@@ -188,6 +201,7 @@ def _driver(lib: Any, rpc: Any, dist_autograd: Any, ones: Any, x: Any, w: Any, c
             "remote": remote,
             "echo": echo_of,
             "autograd": lambda iters: _median_time(autograd_step, iters),
+            "matmul3": lambda iters: _median_time(matmul3, iters),
         },
     )
 
@@ -231,8 +245,45 @@ def _torch_proc(rank: int, tcp: bool, port: int, conn: Any, master: str = "127.0
     rpc.shutdown()
 
 
-def _raw_server_proc(port: int, conn: Any) -> None:
+def _recv_array(sock: socket.socket, nbytes: int) -> np.ndarray:
+    buf = np.empty(nbytes, dtype=np.uint8)
+    view, got = memoryview(buf), 0
+    while got < nbytes:
+        k = sock.recv_into(view[got:])
+        if not k:
+            raise ConnectionError(f"socket echo: connection closed after {got} of {nbytes} bytes")
+        got += k
+    return buf
+
+
+def _socket_echo_server(listener: socket.socket) -> None:
+    """The socket floor's peer: each length-prefixed message read into a fresh array, summed
+    and sent back."""
+    while True:
+        try:
+            sock, _ = listener.accept()
+        except OSError:  # the listener closed: the run is over
+            return
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with sock:
+            try:
+                while True:
+                    head = _recv_array(sock, _LEN)
+                    data = _recv_array(sock, int.from_bytes(head.tobytes(), "little"))
+                    data.view(np.float32).sum()
+                    sock.sendall(head)
+                    sock.sendall(data)
+            except ConnectionError:
+                pass
+
+
+def _raw_server_proc(port: int, socket_port: int, conn: Any) -> None:
+    import threading
+
     import grpc
+
+    listener = socket.create_server(("127.0.0.1", socket_port))
+    threading.Thread(target=_socket_echo_server, args=(listener,), daemon=True).start()
 
     opts = [
         ("grpc.max_send_message_length", _RAW_LIMIT),
@@ -255,9 +306,10 @@ def _raw_server_proc(port: int, conn: Any) -> None:
     server.start()
     conn.recv()
     server.stop(0)
+    listener.close()
 
 
-def _raw_driver_proc(port: int, conn: Any) -> None:
+def _raw_driver_proc(port: int, socket_port: int, conn: Any) -> None:
     import grpc
 
     opts = [
@@ -291,6 +343,21 @@ def _raw_driver_proc(port: int, conn: Any) -> None:
 
         return _median_time(once, _repeat_for(mib))
 
+    sock = socket.create_connection(("127.0.0.1", socket_port), timeout=300)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def socket_echo(mib: int) -> float:
+        data = np.ones((mib << 20) // 4, dtype=np.float32)
+        head = data.nbytes.to_bytes(_LEN, "little")
+
+        def once() -> None:
+            sock.sendall(head)
+            sock.sendall(data)
+            _recv_array(sock, _LEN)
+            _recv_array(sock, data.nbytes).view(np.float32).sum()
+
+        return _median_time(once, _repeat_for(mib))
+
     try:
         _serve(
             conn,
@@ -301,11 +368,13 @@ def _raw_driver_proc(port: int, conn: Any) -> None:
                 ),
                 "echo": unary_echo,
                 "stream": stream_echo,
+                "socket": socket_echo,
             },
         )
     finally:
         requests.put(None)
         channel.close()
+        sock.close()
 
 
 # -- the orchestrator -------------------------------------------------------------------------
@@ -334,10 +403,10 @@ class Contestant:
                 (_torch_proc, (1, tcp, port, peer_conn)),
             ]
         else:
-            port = _free_port()
+            port, socket_port = _free_port(), _free_port()
             targets = [
-                (_raw_server_proc, (port, peer_conn)),
-                (_raw_driver_proc, (port, driver_end)),
+                (_raw_server_proc, (port, socket_port, peer_conn)),
+                (_raw_driver_proc, (port, socket_port, driver_end)),
             ]
         self.procs = [ctx.Process(target=t, args=a, daemon=True) for t, a in targets]
         for p in self.procs:
@@ -383,14 +452,16 @@ def _rows(ns: argparse.Namespace, sizes: list[int]) -> list[tuple[str, str, Any,
     rows += [(f"remote()+to_here() {m} MiB", "remote", m, "s") for m in sizes]
     rows += [(f"rpc_sync echo {m} MiB", "echo", m, "s") for m in sizes]
     rows += [(f"raw stream echo {m} MiB (1 MiB messages)", "stream", m, "s") for m in sizes]
+    rows += [(f"raw TCP socket echo {m} MiB (no framework)", "socket", m, "s") for m in sizes]
     rows.append(("dist-autograd iteration (512x512 matmul on the peer)", "autograd", ns.iters, "s"))
+    rows.append(("its 3 matmuls alone, one BLAS thread (compute floor)", "matmul3", ns.iters, "s"))
     return rows
 
 
 def _applies(contestant: str, measure: str) -> bool:
     if contestant == "raw":
-        return measure in ("noop", "async64", "echo", "stream")
-    return measure != "stream"
+        return measure in ("noop", "async64", "echo", "stream", "socket")
+    return measure not in ("stream", "socket")
 
 
 def _fmt(value: float, unit: str) -> str:
