@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -90,6 +91,77 @@ def failed_reply(reply: Any) -> bool:
     """Whether a reply (a Frame, or a header and its buffers) carries an error."""
     header = reply.header if isinstance(reply, Frame) else reply[0]
     return bool(header.reply.HasField("error"))
+
+
+def _value_or_error(fut: Future[Any], callee: Any, call: pb.CallHeader) -> Any:
+    """A settled Future's reply, or the error reply of its exception."""
+    try:
+        return fut.value()
+    except BaseException as exc:  # noqa: BLE001 - the caller gets it as its error
+        return callee.encode_error(call, exc)
+
+
+class _PipeReplies:
+    """A CallPipe's replies on their way back: encoded on any thread (``post``), taken in
+    batches by the I/O loop (``take``), which is woken once per burst rather than per reply.
+
+    Args:
+        loop: the I/O loop the pipe's generator runs on.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[bytes] = []
+        self._running = 0  # calls started and not posted yet
+        self._wake_due = False  # a wake is scheduled on the loop and has not run yet
+        self._event = asyncio.Event()
+
+    def started(self) -> None:
+        """On the loop: a call of the pipe is being served."""
+        with self._lock:
+            self._running += 1
+
+    def post(self, encoded: bytes | None) -> None:
+        """Any thread: a call's encoded reply (None: nothing to send, the call is done)."""
+        with self._lock:
+            if encoded is not None:
+                self._ready.append(encoded)
+            self._running -= 1
+            if self._wake_due:
+                return
+            self._wake_due = True
+        try:
+            self._loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:  # the loop closed: the worker stopped, nobody takes replies
+            pass
+
+    def wake(self) -> None:
+        """On the loop: let ``take`` look again (the requests ended)."""
+        self._event.set()
+
+    def _wake(self) -> None:
+        with self._lock:
+            self._wake_due = False
+        self._event.set()
+
+    async def take(self) -> list[bytes]:
+        """The replies posted since the last take (waits for one, or for a wake)."""
+        while True:
+            with self._lock:
+                out, self._ready = self._ready, []
+            if out:
+                return out
+            await self._event.wait()
+            self._event.clear()
+            with self._lock:
+                out, self._ready = self._ready, []
+            return out
+
+    def idle(self) -> bool:
+        """No call is being served and no reply waits."""
+        with self._lock:
+            return not self._running and not self._ready
 
 
 async def _await_value(value: Any) -> Any:
@@ -176,44 +248,45 @@ class WorkerServicer:
         """rpc_async's transport (worker.proto, ``calls.pipe``): every call frame of every
         request batch is served at once, as ``Call`` would serve it, and the replies go back
         in batches as they are ready. When the caller ends its requests, the pipe ends after
-        the last reply."""
+        the last reply.
+
+        A Python call is served on the pool from start to encoded reply and posted back
+        (``_PipeReplies``): the I/O loop wakes once per burst of replies, not once per call;
+        control messages and remote() frames take the loop's coroutines."""
         caller = _caller_id(context, self._agent.is_member)
-        ready: list[bytes] = []
-        wake = asyncio.Event()
-        running = 0
+        replies = _PipeReplies(asyncio.get_running_loop())
         tasks: set[asyncio.Future[None]] = set()
 
         async def serve(frame: Frame) -> None:
-            nonlocal running
+            encoded = None
             try:
-                ready.append(encode_frame(await self._pipe_reply(frame, caller)))
+                encoded = encode_frame(await self._pipe_reply(frame, caller))
             finally:
-                running -= 1
-                wake.set()
+                replies.post(encoded)
 
         async def read() -> None:
-            nonlocal running
             try:
                 async for batch in batches:
                     # A malformed batch or frame (no call to answer) ends the pipe.
                     for frame in _pipe_frames(batch):
-                        running += 1
-                        task = asyncio.ensure_future(serve(frame))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
+                        replies.started()
+                        header = frame.header
+                        if header.HasField("control") or header.call.kind == pb.CALL_KIND_REMOTE:
+                            task = asyncio.ensure_future(serve(frame))
+                            tasks.add(task)
+                            task.add_done_callback(tasks.discard)
+                        else:
+                            self._pipe_call(frame, caller, replies)
             finally:
-                wake.set()
+                replies.wake()
 
         reader = asyncio.ensure_future(read())
         try:
             while True:
-                await wake.wait()
-                wake.clear()
-                if ready:
-                    out, ready[:] = list(ready), []
-                    for batch in split_batches(out):  # each within gRPC's message limit
-                        yield batch
-                if reader.done() and running == 0 and not ready:
+                out = await replies.take()
+                for batch in split_batches(out):  # each within gRPC's message limit
+                    yield batch
+                if reader.done() and replies.idle():
                     break
             error = reader.exception()
             if error is not None:
@@ -222,6 +295,47 @@ class WorkerServicer:
             reader.cancel()
             for task in list(tasks):
                 task.cancel()
+
+    def _pipe_call(self, frame: Frame, caller: int, replies: _PipeReplies) -> None:
+        """On the I/O loop: admit a pipe's Python call and serve it on the pool, which posts
+        its encoded reply (a reply that comes later is posted when it does, holding no
+        thread meanwhile)."""
+        callee = self._agent.callee
+        call = frame.header.call
+        try:
+            callee.admit(caller)
+        except GradwireError as exc:
+            replies.post(encode_frame(one_frame(*callee.encode_error(call, exc))))
+            return
+
+        def finish(reply: Any) -> None:  # any thread: the reply is there
+            encoded = None
+            try:
+                if not isinstance(reply, Frame):
+                    reply = callee.reply_frame(reply, call, caller)
+                encoded = encode_frame(reply)
+            except BaseException as exc:  # noqa: BLE001 - the caller gets it as its error
+                reply = one_frame(*callee.encode_error(call, exc))
+                encoded = encode_frame(reply)
+            finally:
+                callee.leave(caller, reply is None or failed_reply(reply))
+                replies.post(encoded)
+
+        def run() -> None:  # on the pool
+            try:
+                reply = callee.handle(frame, caller)
+            except BaseException as exc:  # noqa: BLE001 - the caller gets it as its error
+                reply = callee.encode_error(call, exc)
+            if isinstance(reply, Future):  # @async_execution, or RRef arguments to confirm
+                reply.add_done_callback(lambda f: finish(_value_or_error(f, callee, call)))
+            else:
+                finish(reply)
+
+        try:
+            self._agent.pool.submit(run)
+        except RuntimeError as exc:  # the pool closed: the worker is stopping
+            callee.leave(caller, True)
+            replies.post(encode_frame(one_frame(*callee.encode_error(call, exc))))
 
     async def _pipe_reply(self, frame: Frame, caller: int) -> Frame:
         """The reply frame of one call frame of a pipe (an error reply for a refusal)."""

@@ -5,6 +5,7 @@ over the Unix socket and over TCP."""
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import threading
 import time
@@ -15,9 +16,12 @@ import grpc
 import pytest
 from gradwire import errors
 from gradwire._runtime.agent import current
+from gradwire._runtime.calls import pipe as pipes
+from gradwire._runtime.calls import streams as call_streams
 from gradwire._wire.framing import pack_batch, unpack_batch
 from gradwire.distributed import rpc
 from gradwire.errors import SerializationError
+from gradwire.server import servicer as servicer_module
 
 from . import bodies
 from .conftest import solo_options
@@ -100,6 +104,91 @@ def test_callbacks_and_many_threads(solo: None) -> None:
     for t in threads:
         t.join(60)
     assert len(results) == 400
+
+
+def _fresh_pipe() -> None:
+    """Close the address's pipe: the next rpc_async opens a new one."""
+    for stubs in current().transport._stubs.values():  # noqa: SLF001
+        if stubs.pipe is not None:
+            stubs.pipe.close()
+
+
+@pytest.mark.parametrize("core", [True, False], ids=["core-call-api", "public-api"])
+def test_both_pipes_carry_many_calls_from_many_threads(
+    solo: None, core: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if core and not call_streams.CORE_CALL_API:
+        pytest.skip("this grpcio has no core call API")
+    monkeypatch.setattr(call_streams, "CORE_CALL_API", core)
+    _fresh_pipe()
+    got: dict[int, list[int]] = {}
+
+    def work(base: int) -> None:
+        futs = [rpc.rpc_async("solo", operator.add, (base, i)) for i in range(150)]
+        got[base] = [f.wait() for f in futs]
+
+    threads = [threading.Thread(target=work, args=(k * 1000,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == {k * 1000: [k * 1000 + i for i in range(150)] for k in range(3)}
+    pipe = next(s.pipe for s in current().transport._stubs.values() if s.pipe is not None)
+    assert isinstance(pipe, pipes.CorePipe if core else pipes.Pipe)
+    _fresh_pipe()  # the other tests get the default one again
+
+
+def test_calls_sent_while_a_send_is_in_flight_go_out_as_one_batch(
+    solo: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    frames_of = servicer_module._pipe_frames
+
+    def counted(batch: bytes) -> Any:
+        frames = frames_of(batch)
+        sizes.append(len(frames))
+        return frames
+
+    monkeypatch.setattr(servicer_module, "_pipe_frames", counted)
+    futs = [rpc.rpc_async("solo", operator.add, (i, 1)) for i in range(400)]
+    assert [f.wait() for f in futs] == [i + 1 for i in range(400)]
+    assert sum(sizes) == 400
+    assert max(sizes) > 1, f"every call went alone: {len(sizes)} batches"
+
+
+def test_replies_posted_from_many_threads_wake_the_loop_once_per_burst() -> None:
+    loop = asyncio.new_event_loop()
+    wakes = []
+    schedule = loop.call_soon_threadsafe
+
+    def counting(callback: Any, *args: Any) -> Any:
+        wakes.append(callback)
+        return schedule(callback, *args)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        replies = servicer_module._PipeReplies(loop)
+        for _ in range(200):
+            replies.started()
+        threads = [
+            threading.Thread(
+                target=lambda k=k: [replies.post(b"%d" % (k * 50 + i)) for i in range(50)]
+            )
+            for k in range(4)
+        ]
+        for t in threads:  # the loop is not running: nothing takes the replies meanwhile
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert len(wakes) == 1  # one wake scheduled for the whole burst
+        out = loop.run_until_complete(asyncio.wait_for(replies.take(), 5))
+        assert sorted(int(b) for b in out) == list(range(200))
+        assert replies.idle()
+        replies.started()
+        replies.post(None)  # a call that ends with nothing to send (cancelled)
+        assert replies.idle() and len(wakes) == 2
+    finally:
+        loop.close()
 
 
 def _raw_pipe(agent: Any, metadata: Any, batches: list[bytes]) -> grpc.RpcError | list[bytes]:

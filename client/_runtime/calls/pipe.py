@@ -7,9 +7,14 @@ message that usually carries several: whatever calls were waiting when the sendi
 to them go out as one batch, and the callee answers in batches too. Replies come back in any
 order, each naming its call (``ReplyHeader.message_id``).
 
-Threads: gRPC's request-feeding thread takes batches from ``Pipe._outbox`` (it blocks there
-while nothing is to be sent); one reader thread per pipe takes reply batches and hands each
-reply to its call's ``done(frame, error)``. Each call's deadline is kept by the transport's
+Two implementations, one interface. ``CorePipe`` (grpcio's core call API, as the call streams
+use): the submitting thread sends its frame itself when no send is in flight, else queues it;
+the pipe's one reader thread takes every completion of the call (a send done: it sends what
+queued meanwhile, as one batch; a reply batch: it hands each reply to its call's
+``done(frame, error)``). ``Pipe`` (grpcio's public streaming API, the fallback): gRPC's
+request-feeding thread takes batches from ``Pipe._outbox``, and gRPC's channel thread hands
+reply batches to the reader: two more thread hand-offs per batch each way, which on a busy
+2-core machine cost calls per second. Each call's deadline is kept by the transport's
 ``Watchdog``: a call past it fails alone (DEADLINE_EXCEEDED, as a unary call would), the pipe
 goes on. A pipe that fails (the peer went away, the stream was cancelled) fails every call in
 it with the stream's status, and the next call opens a new pipe. Nothing is retried: a call
@@ -28,9 +33,10 @@ from typing import Any
 import grpc
 
 from ..._wire.framing import BATCH_BYTES, Frame, decode_frame, pack_batch, unpack_batch
+from . import streams
 from .streams import StreamFailed, Watchdog
 
-__all__ = ["Pipe", "PipeClosed"]
+__all__ = ["Pipe", "CorePipe", "PipeClosed", "open_pipe"]
 
 log = logging.getLogger(__name__)
 #: Put in the outbox to end the stream (a batch stops growing at ``BATCH_BYTES``).
@@ -52,12 +58,21 @@ class PipeClosed(Exception):
         self.failure = failure
 
 
+def open_pipe(channel: grpc.Channel, method: str, metadata: Any, watchdog: Watchdog) -> Any:
+    """A new pipe on ``channel``: a ``CorePipe`` where grpcio's core call API is there, else a
+    ``Pipe``."""
+    core_channel = getattr(channel, "_channel", None)
+    if streams.CORE_CALL_API and hasattr(core_channel, "segregated_call"):
+        return CorePipe(channel, method, metadata, watchdog)
+    return Pipe(channel.stream_stream(method), metadata, watchdog)
+
+
 class _Pending:
     """One call in a pipe: what the watchdog arms (``expired``, ``cancel``)."""
 
     __slots__ = ("pipe", "message_id", "done", "expired")
 
-    def __init__(self, pipe: Pipe, message_id: int, done: Done) -> None:
+    def __init__(self, pipe: Any, message_id: int, done: Done) -> None:
         self.pipe = pipe
         self.message_id = message_id
         self.done = done
@@ -67,7 +82,37 @@ class _Pending:
         self.pipe._expire(self.message_id)
 
 
-class Pipe:
+class _Calls:
+    """What both pipes keep alike: the calls in flight, each answered once."""
+
+    _lock: threading.Lock
+    _pending: dict[int, _Pending]
+    _watchdog: Watchdog
+    _failure: grpc.RpcError | None
+    _closing: bool
+
+    @property
+    def alive(self) -> bool:
+        """Whether it takes calls (not failed, not closing)."""
+        return self._failure is None and not self._closing
+
+    def _answer(self, message_id: int, frame: Frame | None, error: grpc.RpcError | None) -> None:
+        with self._lock:
+            entry = self._pending.pop(message_id, None)
+        if entry is None:
+            return  # expired before its reply came, or an id this pipe never sent
+        self._watchdog.disarm(entry)
+        entry.done(frame, error)
+
+    def _expire(self, message_id: int) -> None:
+        self._answer(
+            message_id,
+            None,
+            StreamFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"),
+        )
+
+
+class Pipe(_Calls):
     """One open ``CallPipe`` stream to an address.
 
     Args:
@@ -86,11 +131,6 @@ class Pipe:
         self._replies = stub(self._requests(), metadata=metadata)
         self._reader = threading.Thread(target=self._read, name="gradwire-pipe", daemon=True)
         self._reader.start()
-
-    @property
-    def alive(self) -> bool:
-        """Whether it takes calls (not failed, not closing)."""
-        return self._failure is None and not self._closing
 
     def submit(self, message_id: int, encoded: bytes, timeout: float | None, done: Done) -> None:
         """Send one encoded call frame; ``done`` gets its reply frame or the error.
@@ -164,21 +204,6 @@ class Pipe:
             failure = StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply batch: {exc}")
         self._fail_all(failure)
 
-    def _answer(self, message_id: int, frame: Frame | None, error: grpc.RpcError | None) -> None:
-        with self._lock:
-            entry = self._pending.pop(message_id, None)
-        if entry is None:
-            return  # expired before its reply came, or an id this pipe never sent
-        self._watchdog.disarm(entry)
-        entry.done(frame, error)
-
-    def _expire(self, message_id: int) -> None:
-        self._answer(
-            message_id,
-            None,
-            StreamFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"),
-        )
-
     def _fail_all(self, failure: grpc.RpcError) -> None:
         with self._lock:
             self._failure = failure
@@ -186,6 +211,178 @@ class Pipe:
             if not self._closing:
                 self._closing = True
                 self._outbox.put(_END)  # let the request thread end
+        for entry in pending:
+            self._watchdog.disarm(entry)
+            entry.done(None, failure)
+
+
+# Completion tags of a CorePipe's operations (besides the call's own, ``streams``).
+_SEND, _RECEIVE, _CLOSE = object(), object(), object()
+
+
+class CorePipe(_Calls):
+    """One open ``CallPipe`` stream to an address, driven through grpcio's core call API (see
+    the module doc). Same interface and failures as ``Pipe``.
+
+    Args:
+        channel: the address's grpc channel (its core channel carries the call).
+        method: the full method name of ``CallPipe``.
+        metadata: the call metadata (token, caller id).
+        watchdog: keeps each call's deadline.
+    """
+
+    def __init__(self, channel: grpc.Channel, method: str, metadata: Any, watchdog: Watchdog):
+        cygrpc = streams.cygrpc
+        self._channel = channel  # the core channel closes when the grpc.Channel goes
+        self._watchdog = watchdog
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._queued: list[bytes] = []  # frames waiting for the send in flight
+        self._sending = False
+        self._failure: grpc.RpcError | None = None
+        self._closing = False
+        self._ended = False  # the status came: no more events after the outstanding ones
+        self._call = streams.open_core_call(
+            channel._channel,
+            method.encode(),
+            metadata,
+            ((cygrpc.ReceiveMessageOperation(0),), _RECEIVE),
+        )
+        # Batches started and not completed, as gRPC counts them: the call and its completion
+        # queue go with the last one, after which the reader must not wait on the queue.
+        self._outstanding = 4
+        self._reader = threading.Thread(target=self._read, name="gradwire-pipe", daemon=True)
+        self._reader.start()
+
+    def submit(self, message_id: int, encoded: bytes, timeout: float | None, done: Done) -> None:
+        """Send one encoded call frame (from this thread when no send is in flight); ``done``
+        gets its reply frame or the error.
+
+        Raises:
+            PipeClosed: the pipe failed or was closed before the call was taken.
+        """
+        entry = _Pending(self, message_id, done)
+        with self._lock:
+            if self._failure is not None or self._closing:
+                raise PipeClosed(self._failure)
+            self._pending[message_id] = entry
+            if timeout:
+                self._watchdog.arm(entry, time.monotonic() + timeout)
+            if self._sending:
+                self._queued.append(encoded)
+            else:
+                self._send_locked([encoded])
+
+    def close(self) -> None:
+        """Send nothing more: the callee answers what it has, then the stream ends (calls
+        still pending then fail)."""
+        with self._lock:
+            if not self._closing:
+                self._closing = True
+                if not self._sending:
+                    self._close_locked()
+
+    def cancel(self) -> None:
+        """End the stream now; pending calls fail with CANCELLED."""
+        self.close()
+        try:
+            self._call.cancel(streams._CANCELLED, "call pipe cancelled")
+        except Exception:  # noqa: BLE001 - the channel may be closed already
+            pass
+
+    # -- with the lock held ----------------------------------------------------------------
+
+    def _operate_locked(self, operations: tuple[Any, ...], tag: object) -> bool:
+        if self._ended:
+            return False
+        if self._call.operate(operations, tag):
+            self._outstanding += 1
+            return True
+        return False  # the call is over: its status ends the pipe
+
+    def _send_locked(self, frames: list[bytes]) -> None:
+        cygrpc = streams.cygrpc
+        self._sending = self._operate_locked(
+            (cygrpc.SendMessageOperation(pack_batch(frames), 0),), _SEND
+        )
+
+    def _close_locked(self) -> None:
+        self._operate_locked((streams.cygrpc.SendCloseFromClientOperation(0),), _CLOSE)
+
+    # -- the reader ------------------------------------------------------------------------
+
+    def _read(self) -> None:
+        failure: grpc.RpcError | None = None
+        while True:
+            with self._lock:
+                if self._ended and not self._outstanding:
+                    break
+            try:
+                event = self._call.next_event()
+            except Exception as exc:  # noqa: BLE001 - gRPC's queue failed: nothing more comes
+                log.warning("call pipe: its completion queue failed: %r", exc)
+                self._fail_all(
+                    StreamFailed(grpc.StatusCode.UNAVAILABLE, f"call pipe failed: {exc}")
+                )
+                return
+            with self._lock:
+                self._outstanding -= 1
+            try:
+                if event.tag is _SEND:
+                    self._sent()
+                elif event.tag is _RECEIVE:
+                    self._received(event)
+                elif event.tag is streams.STATUS:
+                    failure = streams.status_failure(event, "the callee ended the call pipe")
+                    with self._lock:
+                        self._ended = True
+                    self._fail_all(failure)
+            except Exception as exc:  # noqa: BLE001 - a malformed reply batch ends the pipe
+                log.warning("call pipe: malformed reply from the callee: %s", exc)
+                self._fail_all(
+                    StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply batch: {exc}")
+                )
+                self.cancel()
+
+    def _sent(self) -> None:
+        with self._lock:
+            if self._queued and self._failure is None:
+                frames, self._queued = self._queued, []
+                carry: list[bytes] = []
+                size = 0
+                for i, f in enumerate(frames):  # a batch stops growing at BATCH_BYTES
+                    if size and size + len(f) > BATCH_BYTES:
+                        frames, carry = frames[:i], frames[i:]
+                        break
+                    size += len(f)
+                self._queued = carry
+                self._send_locked(frames)
+            else:
+                self._sending = False
+                if self._closing:
+                    self._close_locked()
+
+    def _received(self, event: Any) -> None:
+        batch = None
+        if event.success:
+            for op in event.batch_operations:
+                if op.type() == streams.cygrpc.OperationType.receive_message:
+                    batch = op.message()
+        if batch is None:  # the callee ended the stream: its status follows
+            return
+        with self._lock:
+            self._operate_locked((streams.cygrpc.ReceiveMessageOperation(0),), _RECEIVE)
+        for raw in unpack_batch(batch):
+            frame = decode_frame(raw)  # type: ignore[arg-type]
+            self._answer(frame.header.reply.message_id, frame, None)
+
+    def _fail_all(self, failure: grpc.RpcError) -> None:
+        with self._lock:
+            if self._failure is None:
+                self._failure = failure
+            self._closing = True
+            self._queued = []
+            pending, self._pending = list(self._pending.values()), {}
         for entry in pending:
             self._watchdog.disarm(entry)
             entry.done(None, failure)

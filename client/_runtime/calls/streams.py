@@ -34,7 +34,14 @@ import grpc
 
 from ..._wire.framing import Frame, decode_frame, encode_frame
 
-__all__ = ["Streams", "Watchdog", "StreamFailed", "CORE_CALL_API"]
+__all__ = [
+    "Streams",
+    "Watchdog",
+    "StreamFailed",
+    "CORE_CALL_API",
+    "open_core_call",
+    "status_failure",
+]
 
 
 def _core_call_api() -> Any:
@@ -52,6 +59,7 @@ def _core_call_api() -> Any:
         (cygrpc, "ReceiveStatusOnClientOperation"),
         (cygrpc, "SendMessageOperation"),
         (cygrpc, "ReceiveMessageOperation"),
+        (cygrpc, "SendCloseFromClientOperation"),
         (cygrpc, "OperationType"),
         (cygrpc, "StatusCode"),
         (cygrpc, "build_census_context"),
@@ -79,8 +87,8 @@ if cygrpc is not None:
 CORE_CALL_API = cygrpc is not None
 
 log = logging.getLogger(__name__)
-# Completion tags of a stream's operations.
-_SENT_METADATA, _METADATA, _STATUS, _EXCHANGE = object(), object(), object(), object()
+# Completion tags of a core call's operations (a stream's, a pipe's).
+SENT_METADATA, METADATA, STATUS, _EXCHANGE = object(), object(), object(), object()
 
 
 class StreamFailed(grpc.RpcError):
@@ -100,6 +108,40 @@ class StreamFailed(grpc.RpcError):
         return self._details
 
 
+def status_failure(event: Any, ended: str) -> StreamFailed:
+    """The StreamFailed of a core call's status event: its code and details, or UNAVAILABLE
+    with ``ended`` when the peer ended the call with OK (a stream call never should)."""
+    op = event.batch_operations[0]
+    code = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE.get(op.code(), grpc.StatusCode.UNKNOWN)
+    if code == grpc.StatusCode.OK:
+        return StreamFailed(grpc.StatusCode.UNAVAILABLE, ended)
+    return StreamFailed(code, _common.decode(op.details()) or "")
+
+
+def open_core_call(core_channel: Any, method: bytes, metadata: Any, *first: Any) -> Any:
+    """A core call (``segregated_call``: its own completion queue, driven from the threads
+    that use it) of ``method`` on ``core_channel``, opened with ``metadata`` and the call's
+    outstanding receives (initial metadata, status), plus the ``(operations, tag)`` batches
+    of ``first``. The status batch completes last; the call and its queue go after it."""
+    return core_channel.segregated_call(
+        cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS,
+        method,
+        None,  # host
+        None,  # no deadline for the stream: each call's is kept by the Watchdog
+        metadata,
+        None,  # call credentials
+        (
+            ((cygrpc.SendInitialMetadataOperation(metadata, 0),), SENT_METADATA),
+            ((cygrpc.ReceiveInitialMetadataOperation(0),), METADATA),
+            # Outstanding for the stream's whole life: it ends the stream's events.
+            ((cygrpc.ReceiveStatusOnClientOperation(0),), STATUS),
+            *first,
+        ),
+        cygrpc.build_census_context(),
+        None,  # registered call handle
+    )
+
+
 class _CoreStream:
     """One open CallStream, driven from the calling thread through gRPC core's call API.
 
@@ -117,23 +159,8 @@ class _CoreStream:
     def __init__(self, channel: Any, method: bytes, metadata: Any) -> None:
         self.expired = False
         self.idle_since = 0.0
-        self._due = {_SENT_METADATA, _METADATA, _STATUS}
-        self._call = channel.segregated_call(
-            cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS,
-            method,
-            None,  # host
-            None,  # no deadline for the stream: each call's is kept by the Watchdog
-            metadata,
-            None,  # call credentials
-            (
-                ((cygrpc.SendInitialMetadataOperation(metadata, 0),), _SENT_METADATA),
-                ((cygrpc.ReceiveInitialMetadataOperation(0),), _METADATA),
-                # Outstanding for the stream's whole life: it ends the stream's events.
-                ((cygrpc.ReceiveStatusOnClientOperation(0),), _STATUS),
-            ),
-            cygrpc.build_census_context(),
-            None,  # registered call handle
-        )
+        self._due = {SENT_METADATA, METADATA, STATUS}
+        self._call = open_core_call(channel, method, metadata)
 
     def exchange(self, request: bytes) -> bytes:
         """Send ``request``, return the reply; raises StreamFailed when the stream ends."""
@@ -166,16 +193,8 @@ class _CoreStream:
                             reply = op.message()
                 if reply is not None:
                     return reply
-            elif event.tag is _STATUS:
-                op = event.batch_operations[0]
-                code = _common.CYGRPC_STATUS_CODE_TO_STATUS_CODE.get(
-                    op.code(), grpc.StatusCode.UNKNOWN
-                )
-                if code == grpc.StatusCode.OK:
-                    code, details = grpc.StatusCode.UNAVAILABLE, "the peer ended the call stream"
-                else:
-                    details = _common.decode(op.details()) or ""
-                failure = StreamFailed(code, details)
+            elif event.tag is STATUS:
+                failure = status_failure(event, "the peer ended the call stream")
             if _EXCHANGE not in self._due and failure is not None:
                 self._drain()
                 raise failure

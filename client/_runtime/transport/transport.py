@@ -38,7 +38,7 @@ from ...errors import (
     WorkerDepartedError,
     WorkerUnavailableError,
 )
-from ..calls.pipe import Pipe, PipeClosed
+from ..calls.pipe import CorePipe, Pipe, PipeClosed, open_pipe
 from ..calls.streams import StreamFailed, Streams, Watchdog
 from ..cluster.options import GrpcRpcBackendOptions, read_pem
 from .loop import in_loop_thread
@@ -205,8 +205,7 @@ class _Stubs:
         self.fetch_reply = channel.unary_stream(
             f"/{SERVICE}/FetchReply", pb.FetchReplyRequest.SerializeToString, de
         )
-        self.call_pipe = channel.stream_stream(f"/{SERVICE}/CallPipe")
-        self.pipe: Pipe | None = None
+        self.pipe: Pipe | CorePipe | None = None
         self._control: dict[str, Any] = {}
         self._framed: dict[str, Any] = {}
 
@@ -391,7 +390,9 @@ class Transport:
                         raise RpcShutdownError("the local RPC agent is shut down")
                     pipe = stubs.pipe
                     if pipe is None or not pipe.alive:
-                        pipe = stubs.pipe = Pipe(stubs.call_pipe, self.metadata, self.watchdog)
+                        pipe = stubs.pipe = open_pipe(
+                            stubs.channel, f"/{SERVICE}/CallPipe", self.metadata, self.watchdog
+                        )
             try:
                 pipe.submit(message_id, encoded, timeout, done)
                 return
