@@ -96,6 +96,15 @@ class _Calls:
         """Whether it takes calls (not failed, not closing)."""
         return self._failure is None and not self._closing
 
+    def _take_locked(self, message_id: int, timeout: float | None, done: Done) -> None:
+        # With the lock held: a new call, its deadline armed; PipeClosed when none is taken.
+        if self._failure is not None or self._closing:
+            raise PipeClosed(self._failure)
+        entry = _Pending(self, message_id, done)
+        self._pending[message_id] = entry
+        if timeout:
+            self._watchdog.arm(entry, time.monotonic() + timeout)
+
     def _answer(self, message_id: int, frame: Frame | None, error: grpc.RpcError | None) -> None:
         with self._lock:
             entry = self._pending.pop(message_id, None)
@@ -138,13 +147,8 @@ class Pipe(_Calls):
         Raises:
             PipeClosed: the pipe failed or was closed before the call was taken.
         """
-        entry = _Pending(self, message_id, done)
         with self._lock:
-            if self._failure is not None or self._closing:
-                raise PipeClosed(self._failure)
-            self._pending[message_id] = entry
-            if timeout:
-                self._watchdog.arm(entry, time.monotonic() + timeout)
+            self._take_locked(message_id, timeout, done)
             # Under the lock: a frame is never queued behind the end of the requests.
             self._outbox.put(encoded)
 
@@ -261,13 +265,8 @@ class CorePipe(_Calls):
         Raises:
             PipeClosed: the pipe failed or was closed before the call was taken.
         """
-        entry = _Pending(self, message_id, done)
         with self._lock:
-            if self._failure is not None or self._closing:
-                raise PipeClosed(self._failure)
-            self._pending[message_id] = entry
-            if timeout:
-                self._watchdog.arm(entry, time.monotonic() + timeout)
+            self._take_locked(message_id, timeout, done)
             if self._sending:
                 self._queued.append(encoded)
             else:
