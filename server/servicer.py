@@ -338,30 +338,11 @@ class WorkerServicer:
             replies.post(encode_frame(one_frame(*callee.encode_error(call, exc))))
 
     async def _pipe_reply(self, frame: Frame, caller: int) -> Frame:
-        """The reply frame of one call frame of a pipe (an error reply for a refusal)."""
-        callee = self._agent.callee
+        """The reply frame of a pipe's control message or remote() (an error reply for a
+        refusal); its Python calls are ``_pipe_call``'s."""
         if frame.header.HasField("control"):
             return await self._pipe_control(frame.header.control, caller)
-        call = frame.header.call
-        if call.kind == pb.CALL_KIND_REMOTE:
-            return await self._pipe_remote(frame, caller)
-        try:
-            callee.admit(caller)
-        except GradwireError as exc:
-            return one_frame(*callee.encode_error(call, exc))
-        reply: Any = None
-        try:
-            reply = await self._on_pool(callee.handle, frame, caller)
-            if isinstance(reply, Frame):  # the plain path's reply frame
-                return reply
-            return callee.reply_frame(reply, call, caller)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - the caller gets it as its call's error
-            reply = callee.encode_error(call, exc)
-            return one_frame(*reply)
-        finally:
-            callee.leave(caller, reply is None or failed_reply(reply))
+        return await self._pipe_remote(frame, caller)
 
     async def _pipe_control(self, control: pb.ControlRequest, caller: int) -> Frame:
         """A control message on the pipe: served as its unary method is (its handler on the
