@@ -302,10 +302,14 @@ class WorkerServicer:
         thread meanwhile)."""
         callee = self._agent.callee
         call = frame.header.call
+
+        def error_frame(exc: BaseException) -> Frame:
+            return one_frame(*callee.encode_error(call, exc))
+
         try:
             callee.admit(caller)
         except GradwireError as exc:
-            replies.post(encode_frame(one_frame(*callee.encode_error(call, exc))))
+            replies.post(encode_frame(error_frame(exc)))
             return
 
         def finish(reply: Any) -> None:  # any thread: the reply is there
@@ -315,7 +319,7 @@ class WorkerServicer:
                     reply = callee.reply_frame(reply, call, caller)
                 encoded = encode_frame(reply)
             except BaseException as exc:  # noqa: BLE001 - the caller gets it as its error
-                reply = one_frame(*callee.encode_error(call, exc))
+                reply = error_frame(exc)
                 encoded = encode_frame(reply)
             finally:
                 callee.leave(caller, reply is None or failed_reply(reply))
@@ -335,7 +339,7 @@ class WorkerServicer:
             self._agent.pool.submit(run)
         except RuntimeError as exc:  # the pool closed: the worker is stopping
             callee.leave(caller, True)
-            replies.post(encode_frame(one_frame(*callee.encode_error(call, exc))))
+            replies.post(encode_frame(error_frame(exc)))
 
     async def _pipe_reply(self, frame: Frame, caller: int) -> Frame:
         """The reply frame of a pipe's control message or remote() (an error reply for a

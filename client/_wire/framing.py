@@ -34,6 +34,7 @@ __all__ = [
     "assemble_one",
     "pack_batch",
     "split_batches",
+    "batch_end",
     "unpack_batch",
     "BATCH_BYTES",
     "ALLOWED_DTYPES",
@@ -121,20 +122,24 @@ def pack_batch(frames: Sequence[bytes]) -> bytes:
 BATCH_BYTES = 1 << 20
 
 
+def batch_end(frames: Sequence[bytes], start: int = 0, limit: int = BATCH_BYTES) -> int:
+    """Where the ``CallPipe`` message that begins at ``frames[start]`` ends (exclusive): the
+    frames within ``limit`` bytes, or one frame alone (so no message passes gRPC's limit
+    however many large frames are ready at once)."""
+    end, size = start, 0
+    while end < len(frames) and (end == start or size + len(frames[end]) <= limit):
+        size += len(frames[end])
+        end += 1
+    return end
+
+
 def split_batches(frames: Sequence[bytes], limit: int = BATCH_BYTES) -> Iterator[bytes]:
-    """``frames`` as consecutive ``CallPipe`` messages, each of at most ``limit`` bytes of
-    frames or one frame alone (so no message passes gRPC's limit however many large frames
-    are ready at once)."""
-    batch: list[bytes] = []
-    size = 0
-    for frame in frames:
-        if batch and size + len(frame) > limit:
-            yield pack_batch(batch)
-            batch, size = [], 0
-        batch.append(frame)
-        size += len(frame)
-    if batch:
-        yield pack_batch(batch)
+    """``frames`` as consecutive ``CallPipe`` messages (``batch_end``)."""
+    start = 0
+    while start < len(frames):
+        end = batch_end(frames, start, limit)
+        yield pack_batch(frames[start:end])
+        start = end
 
 
 def unpack_batch(data: bytes) -> list[memoryview]:

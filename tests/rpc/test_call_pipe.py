@@ -18,7 +18,7 @@ from gradwire import errors
 from gradwire._runtime.agent import current
 from gradwire._runtime.calls import pipe as pipes
 from gradwire._runtime.calls import streams as call_streams
-from gradwire._wire.framing import pack_batch, unpack_batch
+from gradwire._wire.framing import batch_end, pack_batch, split_batches, unpack_batch
 from gradwire.distributed import rpc
 from gradwire.errors import SerializationError
 from gradwire.server import servicer as servicer_module
@@ -49,6 +49,15 @@ def test_batches_round_trip_and_malformed_ones_are_refused() -> None:
         unpack_batch(b"\x01\x00")
     with pytest.raises(SerializationError, match="a frame of 9 bytes"):
         unpack_batch(b"\x09\x00\x00\x00abc")
+
+
+def test_a_batch_stops_growing_at_its_limit_and_a_large_frame_goes_alone() -> None:
+    frames = [b"a" * 4, b"b" * 4, b"c" * 20, b"d" * 3]
+    assert batch_end(frames, 0, 10) == 2
+    assert batch_end(frames, 2, 10) == 3  # over the limit alone: still one message
+    assert batch_end(frames, 3, 10) == 4
+    batches = [[bytes(f) for f in unpack_batch(b)] for b in split_batches(frames, 10)]
+    assert batches == [frames[:2], frames[2:3], frames[3:]]
 
 
 def test_many_calls_in_flight_each_get_their_own_result(solo: None) -> None:

@@ -32,7 +32,14 @@ from typing import Any
 
 import grpc
 
-from ..._wire.framing import BATCH_BYTES, Frame, decode_frame, pack_batch, unpack_batch
+from ..._wire.framing import (
+    BATCH_BYTES,
+    Frame,
+    batch_end,
+    decode_frame,
+    pack_batch,
+    unpack_batch,
+)
 from . import streams
 from .streams import StreamFailed, Watchdog
 
@@ -346,15 +353,8 @@ class CorePipe(_Calls):
     def _sent(self) -> None:
         with self._lock:
             if self._queued and self._failure is None:
-                frames, self._queued = self._queued, []
-                carry: list[bytes] = []
-                size = 0
-                for i, f in enumerate(frames):  # a batch stops growing at BATCH_BYTES
-                    if size and size + len(f) > BATCH_BYTES:
-                        frames, carry = frames[:i], frames[i:]
-                        break
-                    size += len(f)
-                self._queued = carry
+                end = batch_end(self._queued)  # a batch stops growing at BATCH_BYTES
+                frames, self._queued = self._queued[:end], self._queued[end:]
                 self._send_locked(frames)
             else:
                 self._sending = False
