@@ -33,6 +33,7 @@ from typing import Any
 import grpc
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
+from gradwire._runtime.transport.bulk_lane import LaneStatus
 from gradwire._runtime.transport.transport import (
     CONTROL_REQUESTS,
     FAST_LANE_CONTROL,
@@ -351,12 +352,57 @@ def _handlers(agent: Any, lane: _Lane) -> dict[str, grpc.RpcMethodHandler]:
     return handlers
 
 
+class _LaneContext:
+    """What ``_Lane``'s handlers ask of their gRPC context, for a call that came on the bulk
+    lane: an abort becomes the call's status record (LaneStatus), there is no deadline of
+    the call's own (as on a call stream) and no metadata (the lane's handshake named the
+    caller and proved its token)."""
+
+    __slots__ = ()
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise LaneStatus(code, details)
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+
+def _lane_server(agent: Any, lane: _Lane) -> Callable[[str, bytes], bytes]:
+    """``BulkLane.serve_call`` of ``agent``: a call that came on its bulk lane, served on the
+    lane's thread as a CallStream frame is on a fast-lane thread (a fetch of a set plain
+    value without a serving slot, anything else with one), its reply frame encoded."""
+    pool = agent.pool
+    context: Any = _LaneContext()
+
+    def serve(peer: str, raw: bytes) -> bytes:
+        pool.adopt()
+        if not agent.is_ready() and not agent.wait_ready_blocking(agent.options.init_timeout):
+            raise LaneStatus(grpc.StatusCode.UNAVAILABLE, not_ready_message(agent))
+        known = agent.by_name.get(peer)
+        caller = known.id if known is not None and agent.is_member(known.id) else -1
+        frame = _decode(raw)
+        lane._check(frame, context)
+        reply = lane._ready_fetch(frame, caller)
+        if reply is None:
+            with pool.slot():
+                reply = lane._call(frame, caller, context)
+        return encode_frame(reply)
+
+    return serve
+
+
 def start_fast_lane(agent: Any) -> grpc.Server | None:
     """Start the fast lane of ``agent`` (before the rendezvous, which advertises it): on
     ``agent.local_call_address`` for same-host peers, and on a TCP port of the main server's
     host (``agent.call_port``) for the others. None when it has neither (TLS on, or nothing
     can be bound): peers then send everything to the main server. A Unix socket that cannot
     be bound clears ``local_call_address``."""
+    lane = _Lane(agent)
+    if agent.bulk_lane is not None:  # calls to the fast lane over TCP may come on it instead
+        agent.bulk_lane.serve_call = _lane_server(agent, lane)
     address = agent.local_call_address
     tcp = agent.options.fast_lane_tcp and not agent.options.tls_enabled
     if not address and not tcp:
@@ -370,7 +416,7 @@ def start_fast_lane(agent: Any) -> grpc.Server | None:
         ],
     )
     # Registered methods: gRPC core matches the path, no Python lookup per call.
-    server.add_registered_method_handlers(SERVICE, _handlers(agent, _Lane(agent)))
+    server.add_registered_method_handlers(SERVICE, _handlers(agent, lane))
     bound = 0
     if address:
         try:

@@ -257,6 +257,7 @@ class Agent:
         # by the Join; the services, which know their rank, are built once it is known.
         self.pool = ServingPool(self.options.num_worker_threads, name=f"gradwire-{self.name}")
         self.transport = Transport(self.options, self.rank)
+        self.transport.lane = self.bulk_lane
         self._built = False
         if not self.assign_rank:
             self._build()
@@ -321,6 +322,8 @@ class Agent:
         self.caller.fail_peer(peer.id, f"worker {peer.name!r} is lost: {why}")
 
     def _drop_channels(self, peer: Peer, _why: str) -> None:
+        if self.bulk_lane is not None:  # a call waiting on a lane connection fails at once
+            self.bulk_lane.drop_peer(peer.name)
         self.transport.drop(peer.dial)
         if peer.call_dial != peer.dial:
             self.transport.drop(peer.call_dial)

@@ -316,17 +316,25 @@ def test_a_tensor_finding_every_connection_busy_streams() -> None:
     lane = agent_mod.current().bulk_lane
     assert lane is not None
     address = agent_mod.current().by_name[PEER].bulk_address
-    busy = [lane._take(PEER, address) for _ in range(bulk_lane.CONNECTIONS_PER_PEER)]
+    # Every connection for transfers, and for calls (rpc_sync's arguments go on its own).
+    busy = [
+        (calls, lane._take(PEER, address, calls))
+        for calls, n in (
+            (False, bulk_lane.CONNECTIONS_PER_PEER),
+            (True, bulk_lane.CALL_CONNECTIONS_PER_PEER),
+        )
+        for _ in range(n)
+    ]
     try:
-        assert all(conn is not None for conn in busy)
+        assert all(conn is not None for _, conn in busy)
         before = _counts()
         x = np.random.rand(MiB // 8)
         _assert_same(rpc.rpc_sync(PEER, echo, (x,)), x)
         assert _grew(before, _counts(), "sent", "fallback", "taken") == [0, 1, 1]
     finally:
-        for conn in busy:
+        for calls, conn in busy:
             if conn is not None:
-                lane._give_back(PEER, conn)
+                lane._give_back(PEER, conn, calls)
     before = _counts()
     _assert_same(rpc.rpc_sync(PEER, echo, (x,)), x)
     assert _grew(before, _counts(), "sent", "fallback") == [1, 0]
@@ -441,7 +449,8 @@ def test_a_lane_that_cannot_be_reached_streams(monkeypatch: pytest.MonkeyPatch) 
             _assert_same(rpc.rpc_sync(NOBULK, echo, (x,)), x)
             assert _grew(before, _counts(), "sent", "fallback") == [0, 1]
     info = lane_info()
-    assert info is not None and info["connections_out"][NOBULK] == {"open": 0, "idle": 0}
+    assert info is not None
+    assert info["connections_out"][NOBULK] == {"open": 0, "idle": 0, "call_connections": 0}
 
 
 def test_a_fast_lane_port_that_cannot_be_reached_sends_to_the_main_port(

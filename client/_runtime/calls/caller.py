@@ -115,11 +115,27 @@ class Caller:
             SerializationError: ``fn`` or the arguments cannot be sent (raised at once).
             MessageTooLargeError: the payload exceeds ``max_message_bytes``.
         """
+        if blocking:
+            if in_loop_thread():
+                raise RpcError(
+                    "rpc_sync() on gradwire's I/O loop thread would deadlock; use rpc_async()"
+                )
+            # The arguments' bulk-lane bytes and the call itself on one lane connection.
+            with self._transport.pinned(peer):
+                return self._call(peer, fn, args, kwargs, timeout, blocking, kind)
+        return self._call(peer, fn, args, kwargs, timeout, blocking, kind)
+
+    def _call(
+        self,
+        peer: Peer,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float | None,
+        blocking: bool,
+        kind: int,
+    ) -> Future[Any]:
         me = self._ctx
-        if blocking and in_loop_thread():
-            raise RpcError(
-                "rpc_sync() on gradwire's I/O loop thread would deadlock; use rpc_async()"
-            )
         name, bound_self = calls.function_name(fn)
         header = pb.CallHeader(
             message_id=next(self._ids),
@@ -164,7 +180,7 @@ class Caller:
             try:
                 with blocking_region():
                     if choice.route is CALL_STREAM:
-                        reply = self._transport.call(choice.address, frame, timeout)
+                        reply = self._transport.call(choice.address, frame, timeout, peer)
                         msg = self._assemble_one(peer, reply)
                     else:  # FRAMED_STREAM
                         frames = split(first, buffers, me.options.chunk_bytes)

@@ -184,6 +184,22 @@ class ServingPool:
         task, me.task = me.task, None  # None: woken by close()
         return task
 
+    def adopt(self) -> None:
+        """Make the calling thread, not one of the pool's, serve under the pool's slots (the
+        bulk lane's reader serves calls where they arrive): it holds no slot until it enters
+        :meth:`slot`, and a blocking wait inside gives the slot back as a pool thread's does."""
+        local = self._local
+        if getattr(local, "member", False):
+            return
+        _futures.set_blocking_hook(self.blocking)
+        local.member = True
+        local.released = True
+
+    def slot(self) -> _Slot:
+        """On an adopted thread: take a slot for the block (waiting, ahead of queued work, as
+        a thread back from a blocking wait does), give it back at its end."""
+        return _Slot(self)
+
     def blocking(self) -> _Blocking:
         """Give the calling thread's slot back while it blocks; take one again afterwards."""
         return _Blocking(self)
@@ -254,3 +270,23 @@ class _Blocking:
     ) -> None:
         if self._released:
             self._pool._take_slot()
+
+
+class _Slot:
+    """The context manager of :meth:`ServingPool.slot`."""
+
+    __slots__ = ("_pool",)
+
+    def __init__(self, pool: ServingPool) -> None:
+        self._pool = pool
+
+    def __enter__(self) -> None:
+        self._pool._take_slot()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._pool._release_slot()

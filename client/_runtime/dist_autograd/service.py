@@ -219,6 +219,22 @@ class DistAutogradService(hooks.CallHook):
         grads: list[Any],
         here: bool = False,
     ) -> Future[Any]:
+        args = (dst, context_id, message_id, pass_id, retain_graph, grads, here)
+        if here:  # sent from this thread: its bulk-lane bytes and the message on one connection
+            with self.transport.pinned(self.me.peers[dst]):
+                return self._send_gradients(*args)
+        return self._send_gradients(*args)
+
+    def _send_gradients(
+        self,
+        dst: int,
+        context_id: int,
+        message_id: int,
+        pass_id: int,
+        retain_graph: bool,
+        grads: list[Any],
+        here: bool,
+    ) -> Future[Any]:
         me = self.me
         peer = me.peers[dst]
         out: Future[Any] = Future()
@@ -252,7 +268,7 @@ class DistAutogradService(hooks.CallHook):
             try:
                 with blocking_region():
                     if len(frames) == 1:  # the latency path: one frame on a call stream
-                        reply = self.transport.call(peer.call_dial, frames[0], timeout)
+                        reply = self.transport.call(peer.call_dial, frames[0], timeout, peer)
                         head = reply.header.reply
                         ack = pb.GradientsAck(error=head.error if head.HasField("error") else None)
                     else:

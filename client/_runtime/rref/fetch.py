@@ -82,7 +82,7 @@ class RRefFetch:
                 # rpc_sync's; its asyncio server without one): a set plain value is answered
                 # there without a serving slot, however busy the pool is; a large value, or
                 # one still to come, is parked and streamed with FetchReply.
-                frame = svc.transport.call(peer.call_dial, fetch_frame(request), timeout)
+                frame = svc.transport.call(peer.call_dial, fetch_frame(request), timeout, peer)
                 cont = frame.header.fetch.continuation
                 if not cont:
                     asm.feed(frame)

@@ -19,6 +19,12 @@ Protocol (docs/wire.md, "The bulk lane"), all integers little-endian:
    dropped, so the connection's next transfers still arrive; a size no sender announces (over
    ``MAX_TRANSFER_BYTES``) closes the connection. ``nbytes`` = ``CANCEL`` (2**64 - 1, no bytes
    follow) cancels the transfer of that id: its message will not come (its encoding failed).
+4. Calls (docs/wire.md, "Calls on the lane"): ``[u64 CALL][u64 n][n bytes: a frame]`` is a
+   one-frame call, served by the listener's thread for that connection as the fast lane serves
+   a CallStream frame (``serve_call``, installed by the server); the answer comes back on the
+   same connection: the reply's transfers, then ``[u64 CALL][u64 n][the reply frame]``, or
+   ``[u64 STATUS][u64 n][u32 code][details]`` for what would have been the call's gRPC
+   status. The listener sends nothing else, and only while a call is being answered.
 
 A sender keeps up to ``CONNECTIONS_PER_PEER`` connections to each peer, one transfer at a time
 on each; a tensor finding them all busy, a peer whose lane cannot be reached or a connection
@@ -26,6 +32,15 @@ that fails mid-transfer, streams in its message's frames instead (nothing is los
 listener runs one thread that accepts and one per connection, each blocked in ``recv`` while
 idle (no CPU); TCP keepalive ends a connection whose sender vanished. Under TLS there is no
 bulk lane (the bytes stay in the encrypted gRPC stream).
+
+Why calls ride it too (issue 19): over gRPC a message costs each side several thread
+hand-offs (gRPC's poller, the stream's thread, the waiting caller), and on a 2-core machine
+each one costs more than the Python it runs. On a lane connection the caller's own thread
+writes the call (its tensors' bytes first, on the same connection, see ``pinned``) and reads
+the answer, and the callee's reader thread, woken by the kernel, serves it where it is: one
+wake-up per side, as a plain socket echo. A caller keeps at most ``CALL_CONNECTIONS_PER_PEER``
+connections for calls to one peer, one call at a time on each; a call finding them all busy,
+or a peer whose lane cannot be reached, goes by gRPC as before.
 """
 
 from __future__ import annotations
@@ -40,17 +55,30 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import grpc
 import numpy as np
 
 from ..._wire import bulk
-from ..._wire.framing import byte_view
+from ..._wire.framing import Frame, byte_view, decode_frame, encode_frame
+from ..calls.streams import StreamFailed
 from ..cluster.context import WorkerContext
 from ..cluster.events import AgentState, ClusterEvents
+from ..cluster.workers import Peer
 from .loop import in_loop_thread
 
-__all__ = ["BulkLane", "MAGIC", "HANDSHAKE_SECONDS", "CONNECTIONS_PER_PEER", "mac"]
+__all__ = [
+    "BulkLane",
+    "LaneStatus",
+    "MAGIC",
+    "HANDSHAKE_SECONDS",
+    "CONNECTIONS_PER_PEER",
+    "CALL_CONNECTIONS_PER_PEER",
+    "mac",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +88,14 @@ _NAME_LEN = struct.Struct("<H")
 _TRANSFER = struct.Struct("<QQ")
 #: ``nbytes`` of a transfer header that cancels the transfer of that id (no bytes follow).
 CANCEL = (1 << 64) - 1
+#: The "transfer id" of a record carrying a call's frame (to the listener) or its reply frame
+#: (back to the caller).
+CALL = (1 << 64) - 2
+#: The "transfer id" of a record carrying what would have been a call's gRPC status: ``[u32
+#: code][details, UTF-8]`` (the listener's answer when it could not serve the call).
+STATUS = (1 << 64) - 3
+_CODE = struct.Struct("<I")
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 #: Seconds a new connection has to complete its handshake (both sides).
 HANDSHAKE_SECONDS = 5.0
 #: Connections being authenticated at once; more are closed at accept.
@@ -68,6 +104,8 @@ MAX_HANDSHAKES = 64
 MAX_CONNECTIONS = 1024
 #: Connections a sender opens to one peer (a tensor finding all busy streams instead).
 CONNECTIONS_PER_PEER = 4
+#: Connections a caller keeps for calls to one peer (more calls at once go by gRPC).
+CALL_CONNECTIONS_PER_PEER = 8
 #: After a peer's lane could not be reached, its tensors stream for this long before a retry.
 UNREACHABLE_SECONDS = 30.0
 #: Bytes received and not taken yet, at most (the inbox refuses past it).
@@ -76,6 +114,8 @@ INBOX_LIMIT_BYTES = 4 << 30
 #: that is longer).
 STALE_SECONDS = 300.0
 _RECV_CHUNK = 1 << 20
+#: Parts of a write up to this many bytes are joined into one ``sendall``.
+_JOIN_BYTES = 64 << 10
 
 
 def mac(token: str | None, nonce: bytes, name: bytes) -> bytes:
@@ -131,6 +171,22 @@ def _still_open(sock: socket.socket) -> bool:
     return False  # b"" (closed) or unexpected bytes
 
 
+def _status(code: grpc.StatusCode, details: str) -> tuple[bytes, bytes]:
+    """A STATUS record: what a call's gRPC status would have been."""
+    body = _CODE.pack(code.value[0]) + details.encode("utf-8", "replace")
+    return _TRANSFER.pack(STATUS, len(body)), body
+
+
+def _send_parts(conn: socket.socket, parts: tuple[Any, ...]) -> None:
+    """Write ``parts`` in order; a small message in one segment (headers and frames are
+    joined: with TCP_NODELAY each ``sendall`` would be a packet of its own)."""
+    if len(parts) > 1 and sum(len(p) for p in parts[1:]) <= _JOIN_BYTES:
+        conn.sendall(b"".join(parts))
+        return
+    for part in parts:
+        conn.sendall(part)
+
+
 def _keepalive(sock: socket.socket) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
     for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
@@ -138,14 +194,51 @@ def _keepalive(sock: socket.socket) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
+class _Conns:
+    """This worker's connections to one peer's lane for one use (transfers, or calls)."""
+
+    __slots__ = ("idle", "busy", "open", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.idle: list[socket.socket] = []
+        self.busy: set[socket.socket] = set()
+        self.open = 0
+        self.limit = limit
+
+
 class _PeerLinks:
     """This worker's connections to one peer's lane."""
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self.idle: list[socket.socket] = []
-        self.open = 0
+        self.transfers = _Conns(CONNECTIONS_PER_PEER)
+        self.calls = _Conns(CALL_CONNECTIONS_PER_PEER)
         self.unreachable_until = 0.0
+
+    def pool(self, calls: bool) -> _Conns:
+        return self.calls if calls else self.transfers
+
+
+class _Pin:
+    """Where this thread's bulk-lane writes to ``peer`` go for a while (``BulkLane.pinned``; or
+    while the lane's reader serves a call: its connection, ``inbound``)."""
+
+    __slots__ = ("peer", "conn", "inbound")
+
+    def __init__(self, peer: str, conn: socket.socket | None, inbound: bool) -> None:
+        self.peer = peer
+        self.conn = conn
+        self.inbound = inbound
+
+
+class LaneStatus(Exception):
+    """What a call served on the lane would have had as its gRPC status: ``serve_call`` raises
+    it, and the caller's ``exchange`` raises it as a StreamFailed of the same code."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
 
 
 class BulkLane:
@@ -172,6 +265,12 @@ class BulkLane:
         self._conns: set[socket.socket] = set()
         self._handshakes = 0
         self._closed = False
+        self._local = threading.local()
+        #: Largest frame a call record may carry (as the gRPC servers' message limit).
+        self._frame_limit = max(options.chunk_bytes, options.single_frame_bytes) + (1 << 20)
+        #: ``serve_call(caller name, raw frame) -> encoded reply frame`` (raises LaneStatus):
+        #: how the server serves a call that came on the lane (None: calls are refused).
+        self.serve_call: Callable[[str, bytes], bytes] | None = None
         # Transfer ids: from a random start, so a restarted worker of the same name does not
         # reuse the ids of its predecessor that a receiver may still remember.
         self._ids = itertools.count(secrets.randbits(62))
@@ -272,12 +371,13 @@ class BulkLane:
             self.inbox.disconnected(peer)
             raise
         _keepalive(conn)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go back on it
         return peer
 
     def _read_transfers(self, conn: socket.socket, peer: str) -> None:
         inbox = self.inbox
         while True:
-            conn.settimeout(None)  # idle: wait for the next transfer (keepalive ends dead peers)
+            conn.settimeout(None)  # idle: wait for the next record (keepalive ends dead peers)
             try:
                 head = _recv_exact(conn, _TRANSFER.size)
             except (OSError, ConnectionError):
@@ -285,36 +385,115 @@ class BulkLane:
             if head is None:
                 return
             transfer_id, nbytes = _TRANSFER.unpack(head)
+            if transfer_id == CALL:
+                if not self._answer(conn, peer, nbytes):
+                    return
+                continue
+            if transfer_id == STATUS:  # only a listener sends those
+                log.warning(
+                    "bulk lane of %s: %s sent a status record; connection closed",
+                    self._ctx.name,
+                    peer,
+                )
+                return
             if nbytes == CANCEL:
                 inbox.cancel(peer, transfer_id)
                 continue
-            if nbytes > bulk.MAX_TRANSFER_BYTES:  # no sender announces that: not a lane peer
-                inbox.begin(peer, transfer_id, nbytes)  # refused: a take says why
-                log.warning(
-                    "bulk lane of %s: %s announced a transfer of %d bytes; connection closed",
-                    self._ctx.name,
-                    peer,
-                    nbytes,
-                )
+            if not self._receive(conn, peer, transfer_id, nbytes, None):
                 return
-            buf = inbox.begin(peer, transfer_id, nbytes)
-            conn.settimeout(bulk.STALL_SECONDS)
+
+    def _receive(
+        self,
+        conn: socket.socket,
+        peer: str,
+        transfer_id: int,
+        nbytes: int,
+        deadline: float | None,
+    ) -> bool:
+        """Read the bytes of the transfer whose header just came into the inbox; False when
+        the connection cannot be used any more (it broke, or the peer broke the protocol).
+        Raises TimeoutError past ``deadline`` (the transfer then failed)."""
+        inbox = self.inbox
+        if nbytes > bulk.MAX_TRANSFER_BYTES:  # no sender announces that: not a lane peer
+            inbox.begin(peer, transfer_id, nbytes)  # refused: a take says why
+            log.warning(
+                "bulk lane of %s: %s announced a transfer of %d bytes; connection closed",
+                self._ctx.name,
+                peer,
+                nbytes,
+            )
+            return False
+        buf = inbox.begin(peer, transfer_id, nbytes)
+        conn.settimeout(bulk.STALL_SECONDS)
+        try:
+            if buf is None:  # refused (a take says why) or cancelled: read and drop
+                _discard(conn, nbytes)
+                return True
+            view = byte_view(buf)
+            got = 0
+            while got < nbytes:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"{got} of {nbytes} bytes in the time allowed")
+                    conn.settimeout(min(left, bulk.STALL_SECONDS))
+                k = conn.recv_into(view[got : got + _RECV_CHUNK])
+                if not k:
+                    raise ConnectionError(f"connection closed after {got} of {nbytes} bytes")
+                got += k
+                inbox.progress(peer, transfer_id)
+        except (OSError, ConnectionError) as exc:
+            inbox.fail(peer, transfer_id, str(exc) or type(exc).__name__)
+            if deadline is not None and isinstance(exc, TimeoutError):
+                raise
+            return False
+        inbox.complete(peer, transfer_id)
+        return True
+
+    def _answer(self, conn: socket.socket, peer: str, nbytes: int) -> bool:
+        """Serve the call whose record header just came and write its answer; False when the
+        connection cannot be used any more."""
+        if nbytes > self._frame_limit:
+            log.warning(
+                "bulk lane of %s: %s sent a call frame of %d bytes (over %d); connection closed",
+                self._ctx.name,
+                peer,
+                nbytes,
+                self._frame_limit,
+            )
+            return False
+        conn.settimeout(bulk.STALL_SECONDS)
+        try:
+            raw = _recv_exact(conn, nbytes)
+        except (OSError, ConnectionError):
+            return False
+        if raw is None:
+            return False
+        serve = self.serve_call
+        if serve is None:
+            answer = _status(grpc.StatusCode.UNIMPLEMENTED, "this worker serves no calls here")
+        else:
+            prev = getattr(self._local, "pin", None)
+            # The reply's tensors go on this connection, before the reply that names them.
+            self._local.pin = _Pin(peer, conn, inbound=True)
             try:
-                if buf is None:  # refused (a take says why) or cancelled: read and drop
-                    _discard(conn, nbytes)
-                    continue
-                view = byte_view(buf)
-                got = 0
-                while got < nbytes:
-                    k = conn.recv_into(view[got : got + _RECV_CHUNK])
-                    if not k:
-                        raise ConnectionError(f"connection closed after {got} of {nbytes} bytes")
-                    got += k
-                    inbox.progress(peer, transfer_id)
-            except (OSError, ConnectionError) as exc:
-                inbox.fail(peer, transfer_id, str(exc) or type(exc).__name__)
-                return
-            inbox.complete(peer, transfer_id)
+                reply = serve(peer, raw)
+                answer = (_TRANSFER.pack(CALL, len(reply)), reply)
+            except LaneStatus as st:
+                answer = _status(st.code, st.details)
+            except Exception as exc:  # noqa: BLE001 - the caller gets it as INTERNAL
+                log.error("bulk lane of %s: serving a call failed: %r", self._ctx.name, exc)
+                answer = _status(grpc.StatusCode.INTERNAL, f"serving the call failed: {exc!r}")
+            finally:
+                pin, self._local.pin = self._local.pin, prev
+            if pin.conn is None:  # a write of the reply's tensors failed: the connection broke
+                return False
+        try:
+            conn.settimeout(bulk.STALL_SECONDS)
+            _send_parts(conn, answer)
+        except OSError:
+            return False
+        return True
 
     # -- the sending side ----------------------------------------------------------------------
 
@@ -341,41 +520,169 @@ class BulkLane:
             self._write(peer_name, peer.bulk_address, (headers,))
 
     def _write(self, peer_name: str, address: str, parts: tuple[Any, ...]) -> bool:
-        """Write ``parts`` on a connection to ``peer_name``'s lane; False when none could be
-        had (or the I/O loop asked: it never waits on a socket) or the write failed."""
+        """Write ``parts`` on a connection to ``peer_name``'s lane (this thread's pinned one,
+        if any); False when none could be had (or the I/O loop asked: it never waits on a
+        socket) or the write failed."""
         if in_loop_thread():
             return False
-        conn = self._take(peer_name, address)
+        pin = getattr(self._local, "pin", None)
+        if pin is not None and pin.peer == peer_name:
+            return self._write_pinned(pin, address, parts)
+        conn = self._take(peer_name, address, calls=False)
         if conn is None:
             return False
         try:
-            for part in parts:
-                conn.sendall(part)
+            _send_parts(conn, parts)
         except OSError as exc:
             log.info("bulk lane to %s: a write failed (%r); the tensors stream", peer_name, exc)
-            self._drop(peer_name, conn)
+            self._drop(peer_name, conn, calls=False)
             return False
-        self._give_back(peer_name, conn)
+        self._give_back(peer_name, conn, calls=False)
         return True
 
-    def _take(self, peer_name: str, address: str) -> socket.socket | None:
+    def _write_pinned(self, pin: _Pin, address: str, parts: tuple[Any, ...]) -> bool:
+        conn = pin.conn
+        if conn is None:
+            if pin.inbound:  # the connection being answered on broke
+                return False
+            conn = pin.conn = self._take(pin.peer, address, calls=True)
+            if conn is None:
+                return False
+        try:
+            _send_parts(conn, parts)
+        except OSError as exc:
+            log.info("bulk lane to %s: a write failed (%r); the tensors stream", pin.peer, exc)
+            pin.conn = None
+            if not pin.inbound:
+                self._drop(pin.peer, conn, calls=True)
+            return False
+        return True
+
+    @contextmanager
+    def pinned(self, peer_name: str) -> Iterator[None]:
+        """Within the block, this thread's transfers to ``peer_name`` and the call it sends
+        with :meth:`exchange` go on one connection (taken at the first write): the callee's
+        reader reads the tensors' bytes before the frame that names them, with no wait for
+        another connection's reader. Blocks nest (the innermost one for a peer counts)."""
+        prev = getattr(self._local, "pin", None)
+        pin = self._local.pin = _Pin(peer_name, None, False)
+        try:
+            yield
+        finally:
+            self._local.pin = prev
+            if pin.conn is not None:
+                self._give_back(peer_name, pin.conn, calls=True)
+
+    def serves(self, peer: Peer, address: str) -> bool:
+        """Whether a one-frame call to ``peer``'s fast lane at ``address`` may go on the lane
+        (it has one, the call goes over TCP, and lane calls are on)."""
+        return (
+            self._ctx.options.lane_calls
+            and bool(peer.bulk_address)
+            and address == peer.call_dial
+            and address != peer.dial
+            and not address.startswith("unix:")
+        )
+
+    def exchange(self, peer: Peer, frame: Frame, timeout: float | None) -> Frame | None:
+        """Send the one-frame call ``frame`` to ``peer`` on a lane connection and read its reply
+        on this thread (the tensors of the reply first, into the inbox).
+
+        Returns:
+            The reply frame; None when no connection could be had (send the call by gRPC).
+
+        Raises:
+            StreamFailed: DEADLINE_EXCEEDED past ``timeout``, UNAVAILABLE when the connection
+                broke, or the status the callee answered with (LaneStatus).
+        """
+        if in_loop_thread():
+            return None
+        name = peer.name
+        found: _Pin | None = getattr(self._local, "pin", None)
+        pin = found if found is not None and found.peer == name and not found.inbound else None
+        conn = pin.conn if pin is not None else None
+        if conn is None:
+            conn = self._take(name, peer.bulk_address, calls=True)
+            if conn is None:
+                return None
+            if pin is not None:
+                pin.conn = conn  # given back when the pin ends
+        deadline = None if timeout is None else time.monotonic() + timeout
+        raw = encode_frame(frame)
+        inbox = self.inbox
+        inbox.connected(name)  # a take of a transfer read here waits for it
+        try:
+            conn.settimeout(bulk.STALL_SECONDS if timeout is None else timeout)
+            _send_parts(conn, (_TRANSFER.pack(CALL, len(raw)), raw))
+            reply = self._read_reply(conn, name, deadline)
+        except BaseException as exc:
+            self._drop(name, conn, calls=True)
+            if pin is not None:
+                pin.conn = None
+            if isinstance(exc, StreamFailed):
+                raise
+            if isinstance(exc, TimeoutError):
+                raise StreamFailed(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded on the bulk lane"
+                ) from exc
+            if isinstance(exc, (OSError, ConnectionError)):
+                raise StreamFailed(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the bulk-lane connection to {name!r} broke: {exc!r}",
+                ) from exc
+            raise
+        finally:
+            inbox.disconnected(name)
+        if pin is None:
+            self._give_back(name, conn, calls=True)
+        return reply
+
+    def _read_reply(self, conn: socket.socket, peer: str, deadline: float | None) -> Frame:
+        """The answer of the call just sent on ``conn``: its transfers into the inbox, then
+        the reply frame (or the status, raised as StreamFailed)."""
+        while True:
+            if deadline is None:
+                conn.settimeout(None)  # as a stream with no deadline: until the connection ends
+            head = _recv_exact(conn, _TRANSFER.size, deadline)
+            if head is None:
+                raise ConnectionError("the peer closed the connection")
+            record, nbytes = _TRANSFER.unpack(head)
+            if record == CALL or record == STATUS:
+                if nbytes > self._frame_limit:
+                    raise ConnectionError(f"an answer of {nbytes} bytes")
+                body = _recv_exact(conn, nbytes, deadline) if nbytes else b""
+                if body is None:
+                    raise ConnectionError("the peer closed the connection")
+                if record == CALL:
+                    return decode_frame(body)
+                (code,) = _CODE.unpack_from(body)
+                status = _STATUS_CODES.get(code, grpc.StatusCode.UNKNOWN)
+                raise StreamFailed(status, body[_CODE.size :].decode("utf-8", "replace"))
+            if nbytes == CANCEL:
+                self.inbox.cancel(peer, record)
+            elif not self._receive(conn, peer, record, nbytes, deadline):
+                raise ConnectionError("a transfer of the answer failed")
+
+    def _take(self, peer_name: str, address: str, calls: bool = False) -> socket.socket | None:
         with self._lock:
             if self._closed:
                 return None
             links = self._links.get(peer_name)
             if links is None or links.address != address:
                 links = self._links[peer_name] = _PeerLinks(address)
-            while links.idle:
-                conn = links.idle.pop()
+            pool = links.pool(calls)
+            while pool.idle:
+                conn = pool.idle.pop()
                 if _still_open(conn):
+                    pool.busy.add(conn)
                     return conn
                 conn.close()  # the peer closed it (it restarted, or refused us): open another
-                links.open -= 1
-            if links.open >= CONNECTIONS_PER_PEER or time.monotonic() < links.unreachable_until:
+                pool.open -= 1
+            if pool.open >= pool.limit or time.monotonic() < links.unreachable_until:
                 return None
-            links.open += 1
+            pool.open += 1
         try:
-            return self._connect(address)
+            conn = self._connect(address)
         except (OSError, ValueError) as exc:
             log.warning(
                 "%s: cannot reach the bulk lane of %s at %s (%s); its tensors stream in the "
@@ -387,9 +694,12 @@ class BulkLane:
                 UNREACHABLE_SECONDS,
             )
             with self._lock:
-                links.open -= 1
+                pool.open -= 1
                 links.unreachable_until = time.monotonic() + UNREACHABLE_SECONDS
             return None
+        with self._lock:
+            pool.busy.add(conn)
+        return conn
 
     def _connect(self, address: str) -> socket.socket:
         host, _, port = address.rpartition(":")
@@ -412,20 +722,42 @@ class BulkLane:
             raise
         return conn
 
-    def _give_back(self, peer_name: str, conn: socket.socket) -> None:
+    def _give_back(self, peer_name: str, conn: socket.socket, calls: bool = False) -> None:
         with self._lock:
             links = self._links.get(peer_name)
             if links is not None and not self._closed:
-                links.idle.append(conn)
-                return
-        conn.close()
+                pool = links.pool(calls)
+                if conn in pool.busy:
+                    pool.busy.discard(conn)
+                    pool.idle.append(conn)
+                    return
+        conn.close()  # dropped meanwhile (the peer was lost, or the lane closed)
 
-    def _drop(self, peer_name: str, conn: socket.socket) -> None:
+    def _drop(self, peer_name: str, conn: socket.socket, calls: bool = False) -> None:
         conn.close()
         with self._lock:
             links = self._links.get(peer_name)
             if links is not None:
-                links.open -= 1
+                pool = links.pool(calls)
+                if conn in pool.busy:
+                    pool.busy.discard(conn)
+                    pool.open -= 1
+
+    def drop_peer(self, peer_name: str) -> None:
+        """End every connection to ``peer_name`` (it was lost): a call waiting on one fails
+        at once instead of waiting for TCP keepalive."""
+        with self._lock:
+            links = self._links.pop(peer_name, None)
+        if links is None:
+            return
+        for pool in (links.transfers, links.calls):
+            for conn in pool.idle + list(pool.busy):
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                if conn in pool.idle:
+                    conn.close()
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -444,7 +776,13 @@ class BulkLane:
         bulk.uninstall(self.inbox)
         if self._listener is not None:
             self._listener.close()
-        for conn in [c for link in links for c in link.idle] + conns:
+        outbound = [
+            c
+            for link in links
+            for pool in (link.transfers, link.calls)
+            for c in pool.idle + list(pool.busy)
+        ]
+        for conn in outbound + conns:
             try:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
@@ -456,7 +794,11 @@ class BulkLane:
         """The ``bulk_lane`` entry of ``Agent.debug_info()``."""
         with self._lock:
             links = {
-                name: {"open": link.open, "idle": len(link.idle)}
+                name: {
+                    "open": link.transfers.open,
+                    "idle": len(link.transfers.idle),
+                    "call_connections": link.calls.open,
+                }
                 for name, link in self._links.items()
             }
             inbound = len(self._conns)

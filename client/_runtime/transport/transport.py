@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 # gRPC core logs connection chatter (GOAWAY on every peer shutdown) at INFO to stderr; gradwire
@@ -41,6 +42,8 @@ from ...errors import (
 from ..calls.pipe import CorePipe, Pipe, PipeClosed, open_pipe
 from ..calls.streams import StreamFailed, Streams, Watchdog
 from ..cluster.options import GrpcRpcBackendOptions, read_pem
+from ..cluster.workers import Peer
+from .bulk_lane import BulkLane
 from .loop import in_loop_thread
 
 __all__ = [
@@ -81,6 +84,7 @@ STREAMS_PER_PEER = 8
 STREAM_READERS = 32
 #: Seconds a peer's fast-lane port has to accept the first connection (else its main port).
 PROBE_SECONDS = 3.0
+_NO_PIN: AbstractContextManager[Any] = nullcontext()
 
 
 def channel_options(options: GrpcRpcBackendOptions) -> list[tuple[str, Any]]:
@@ -262,7 +266,18 @@ class Transport:
         #: Threads that wait for the replies of ``stream_call`` (started at its first use).
         self._readers: ThreadPoolExecutor | None = None
         self.metadata: tuple[tuple[str, str], ...] = ()
+        #: The worker's bulk lane, set by the agent: one-frame calls to a peer's fast lane
+        #: over TCP go on it (``call``).
+        self.lane: BulkLane | None = None
         self.set_token(options.token, caller_id)
+
+    def pinned(self, peer: Peer) -> AbstractContextManager[Any]:
+        """A block whose bulk-lane transfers to ``peer`` and the lane call sent after them take
+        one connection (``BulkLane.pinned``); nothing without a lane."""
+        lane = self.lane
+        if lane is None or not lane.serves(peer, peer.call_dial):
+            return _NO_PIN
+        return lane.pinned(peer.name)
 
     def set_token(self, token: str | None, caller_id: int) -> None:
         """Attach the cluster token to every later call (call streams opened before carry the
@@ -338,9 +353,18 @@ class Transport:
                 stubs = self._stubs[address] = _Stubs(channel, self)
         return stubs
 
-    def call(self, address: str, frame: Frame, timeout: float | None) -> Frame:
-        """Blocking single-frame call (raises grpc.RpcError): over one of the address's call
-        streams, or a unary call when they are all busy (see ``calls.streams``)."""
+    def call(
+        self, address: str, frame: Frame, timeout: float | None, peer: Peer | None = None
+    ) -> Frame:
+        """Blocking single-frame call (raises grpc.RpcError): on ``peer``'s bulk lane when it
+        serves the call (``BulkLane.serves``: its fast lane over TCP), else over one of the
+        address's call streams, or a unary call when they are all busy (see
+        ``calls.streams``)."""
+        lane = self.lane
+        if lane is not None and peer is not None and lane.serves(peer, address):
+            reply = lane.exchange(peer, frame, timeout)
+            if reply is not None:
+                return reply
         stubs = self._get(address)
         reply = stubs.streams.exchange(frame, timeout)
         if reply is None:
