@@ -49,6 +49,7 @@ __all__ = [
     "takes",
     "receive",
     "stats",
+    "count",
     "MAX_TRANSFER_BYTES",
     "HEADER_WAIT_SECONDS",
     "STALL_SECONDS",
@@ -102,7 +103,8 @@ def cancel(peer: str, metas: Iterable[pb.TensorMeta]) -> None:
         send(peer, ids)
 
 
-def _count(what: str, nbytes: int = 0) -> None:
+def count(what: str, nbytes: int = 0) -> None:
+    """Add one to counter ``what`` (and ``nbytes`` to ``what``_bytes) of :func:`stats`."""
     with _counts_lock:
         _counts[what] += 1
         if nbytes:
@@ -111,7 +113,8 @@ def _count(what: str, nbytes: int = 0) -> None:
 
 def stats() -> dict[str, int]:
     """This process' counters: transfers and bytes sent, received, taken, ``fallback`` (the lane
-    could not send: the bytes streamed), ``refused`` and ``failed``."""
+    could not send: the bytes streamed), ``refused`` and ``failed``; calls answered on the
+    lane (``calls``) and served there (``calls_served``)."""
     with _counts_lock:
         return dict(_counts)
 
@@ -145,9 +148,9 @@ def offer(peer: str, arr: np.ndarray) -> pb.BulkRef | None:
         return None
     transfer_id = send(arr)
     if transfer_id is None:
-        _count("fallback")
+        count("fallback")
         return None
-    _count("sent", arr.nbytes)
+    count("sent", arr.nbytes)
     return pb.BulkRef(transfer_id=transfer_id)
 
 
@@ -259,7 +262,7 @@ class Inbox:
                 entry.arrived = True
                 entry.error = f"the bulk lane refused a transfer from {peer!r}: {reason}"
                 entry.done.set()
-                _count("refused")
+                count("refused")
                 return None
             entry.arrived = True
             entry.progress = now
@@ -287,7 +290,7 @@ class Inbox:
         entry = self._entries.get(key)
         if entry is None:
             return
-        _count("received", 0 if entry.buf is None else entry.buf.nbytes)
+        count("received", 0 if entry.buf is None else entry.buf.nbytes)
         if entry.cancelled:
             self._drop(key, entry)
         entry.done.set()
@@ -303,7 +306,7 @@ class Inbox:
                     while len(self._cancelled) > _TAKEN_MEMORY:
                         self._cancelled.popitem(last=False)
                 return
-            _count("cancelled")
+            count("cancelled")
             if not entry.arrived:  # a take waits for it: it will not come
                 entry.arrived = True
                 entry.error = f"the bulk-lane transfer {transfer_id} from {peer!r} was cancelled"
@@ -329,7 +332,7 @@ class Inbox:
             self._release(entry)
             entry.error = f"the bulk-lane transfer from {peer!r} failed: {why}"
             entry.done.set()
-        _count("failed")
+        count("failed")
 
     # -- the Assembler's side ------------------------------------------------------------------
 
@@ -385,7 +388,7 @@ class Inbox:
                 f"bulk-lane transfer {transfer_id} from {peer!r} carries {buf.nbytes} bytes, "
                 f"its message announced {nbytes}"
             )
-        _count("taken", nbytes)
+        count("taken", nbytes)
         return buf
 
     # -- upkeep --------------------------------------------------------------------------------
@@ -408,7 +411,7 @@ class Inbox:
             k for k, e in self._entries.items() if e.done.is_set() and now - e.born > self._stale
         ]:
             self._release(self._entries.pop(key))
-            _count("dropped_stale")
+            count("dropped_stale")
 
     def close(self) -> None:
         """Refuse what comes next, free what was not taken, and wake every take."""

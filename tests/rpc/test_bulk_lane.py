@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import os
 import select
 import socket
 import struct
@@ -21,6 +22,7 @@ from typing import Any
 
 import gradwire as gw
 import gradwire.distributed.autograd as dist_autograd
+import grpc
 import numpy as np
 import pytest
 from gradwire._runtime import agent as agent_mod
@@ -116,6 +118,19 @@ def call_back(dst: str, x: Any) -> Any:
 
 def keep(key: str, x: Any) -> None:
     _kept[key] = x
+
+
+class LaneCallError(ValueError):
+    """Raised by ``fail_with`` on the callee: its type must survive the lane."""
+
+
+def fail_with(message: str) -> None:
+    raise LaneCallError(message)
+
+
+def sleep_then(seconds: float, value: Any) -> Any:
+    time.sleep(seconds)
+    return value
 
 
 def kept_equals(key: str, value: float) -> bool:
@@ -661,6 +676,186 @@ def test_a_transfer_cut_mid_body_gives_its_bytes_back() -> None:
         assert until(lambda: _inbox()["held_bytes"] == held + MiB, 5)
     assert until(lambda: _inbox()["held_bytes"] == held, 5)
     assert _counts().get("failed", 0) == failed + 1
+    _serves_large_tensors()
+
+
+# -- calls on the lane --------------------------------------------------------------------------
+
+
+def _lane_calls(worker: str = MAIN) -> list[int]:
+    """[calls answered on the lane, calls served there] so far, by ``worker``."""
+    c = _counts(worker)
+    return [c.get("calls", 0), c.get("calls_served", 0)]
+
+
+def test_rpc_sync_goes_on_the_lane_its_tensor_before_its_frame_on_one_connection() -> None:
+    x = np.random.rand(MiB // 8)
+    mine, theirs = _counts(), _counts(PEER)
+    _assert_same(rpc.rpc_sync(PEER, echo, (x,)), x)
+    after_mine, after_theirs = _counts(), _counts(PEER)
+    # _counts(PEER) is a lane call too: the first one counts here, and there (a call is
+    # counted as served once answered), with the echo.
+    assert _grew(mine, after_mine, "calls", "sent", "taken", "fallback") == [2, 1, 1, 0]
+    assert _grew(theirs, after_theirs, "calls_served", "sent", "taken") == [2, 1, 1]
+    # A noop takes it too.
+    before = _counts()
+    assert rpc.rpc_sync(PEER, echo, (None,)) is None
+    assert _grew(before, _counts(), "calls") == [1]
+    info = lane_info()
+    assert info is not None
+    link = info["connections_out"][PEER]
+    assert 1 <= link["call_connections"] <= bulk_lane.CALL_CONNECTIONS_PER_PEER
+
+
+def test_to_here_and_gradients_go_on_the_lane() -> None:
+    before = _counts()
+    rref = rpc.remote(PEER, make_source, (MiB // 8, 4.0))
+    assert np.all(rref.to_here() == 4.0)
+    assert _grew(before, _counts(), "calls") == [1]  # the fetch (remote() is a gRPC stream's)
+    del rref
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
+    mine = _counts()
+    autograd_step(PEER, x, w)
+    # The forward rpc_sync, and the last gradients message (sent by the engine's thread).
+    assert _grew(mine, _counts(), "calls")[0] >= 2
+
+
+def test_a_remote_exception_keeps_its_type_and_the_lane_keeps_serving() -> None:
+    before = _lane_calls()
+    with pytest.raises(LaneCallError, match="on purpose"):
+        rpc.rpc_sync(PEER, fail_with, ("on purpose",))
+    assert _lane_calls()[0] == before[0] + 1
+    _assert_same(rpc.rpc_sync(PEER, echo, (np.arange(10.0),)), np.arange(10.0))
+
+
+def test_a_lane_call_past_its_timeout_fails_and_the_next_one_succeeds() -> None:
+    info = lane_info()
+    assert info is not None
+    started = time.monotonic()
+    with pytest.raises(gw.errors.RpcTimeoutError):
+        rpc.rpc_sync(PEER, sleep_then, (3.0, "late"), timeout=0.3)
+    assert time.monotonic() - started < 2.5
+    assert rpc.rpc_sync(PEER, sleep_then, (0.0, "on time"), timeout=5) == "on time"
+    after = lane_info()
+    assert after is not None  # the timed-out connection was dropped, not kept
+    assert after["connections_out"][PEER]["call_connections"] <= bulk_lane.CALL_CONNECTIONS_PER_PEER
+
+
+def test_a_lane_call_to_a_peer_declared_lost_fails_at_once() -> None:
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    result: list[Any] = []
+
+    def call() -> None:
+        try:
+            result.append(rpc.rpc_sync(PEER, sleep_then, (5.0, "late"), timeout=0))
+        except Exception as exc:  # noqa: BLE001 - the test looks at it
+            result.append(exc)
+
+    t = threading.Thread(target=call)
+    started = time.monotonic()
+    t.start()
+    time.sleep(0.5)  # the call is on the lane, its callee asleep
+    lane.drop_peer(PEER)  # what losing the peer does (Agent._drop_channels)
+    t.join(10)
+    assert not t.is_alive()
+    assert time.monotonic() - started < 3.0
+    assert isinstance(result[0], gw.errors.WorkerUnavailableError), result
+    assert rpc.rpc_sync(PEER, echo, ("again",)) == "again"  # a new connection
+
+
+def test_nested_lane_calls_both_ways_and_many_threads_at_once() -> None:
+    x = np.arange(MiB // 8, dtype=np.float64)
+    # PEER's lane thread serves call_back, which calls MAIN on its own lane connection.
+    theirs = _counts(PEER)
+    _assert_same(rpc.rpc_sync(PEER, call_back, (MAIN, x)), x)
+    assert _grew(theirs, _counts(PEER), "calls")[0] == 1
+    threads, per_thread = 12, 10  # more threads than call connections: some go by gRPC
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for j in range(per_thread):
+                v = np.full(THRESHOLD // 8 + i, float(i * 100 + j))
+                _assert_same(rpc.rpc_sync(PEER, echo, (v,)), v)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(60)
+    assert errors == []
+    info = lane_info()
+    assert info is not None
+    assert info["connections_out"][PEER]["call_connections"] <= bulk_lane.CALL_CONNECTIONS_PER_PEER
+
+
+def _call_record(frame: bytes) -> bytes:
+    return struct.pack("<QQ", bulk_lane.CALL, len(frame)) + frame
+
+
+def _read_answer(sock: socket.socket) -> tuple[int, bytes]:
+    """The record the listener answered a call with: (record id, body)."""
+
+    def exact(n: int) -> bytes:
+        got = b""
+        while len(got) < n:
+            chunk = sock.recv(n - len(got))
+            assert chunk, "the listener closed the connection"
+            got += chunk
+        return got
+
+    sock.settimeout(10)
+    record, n = struct.unpack("<QQ", exact(16))
+    return record, exact(n)
+
+
+def test_a_call_on_the_lane_is_checked_by_the_policy_as_any_other() -> None:
+    """An authenticated connection (the token, any name) sends a call of os.system by hand:
+    the callee refuses it with a PolicyError in the reply, and runs nothing."""
+    from gradwire._proto import worker_pb2 as pb
+    from gradwire._wire import calls, framing, pickler
+    from gradwire._wire.exceptions import decode_exception
+
+    marker = f"/tmp/gradwire-lane-attack-{time.monotonic_ns()}"
+    name, _ = calls.function_name(os.system)
+    header = pb.CallHeader(message_id=1, caller_id=0, kind=pb.CALL_KIND_PYTHON, function=name)
+    plain = pickler.dumps_plain((calls.NO_SELF, (f"touch {marker}",), {}))
+    assert plain is not None
+    first = pb.FrameHeader(call=header, last=True)
+    first.payload.pickle_nbytes = len(plain)
+    frame = framing.encode_frame(framing.Frame(first, [plain]))
+    with _authenticated() as sock:
+        sock.sendall(_call_record(frame))
+        record, body = _read_answer(sock)
+    assert record == bulk_lane.CALL
+    reply = framing.decode_frame(body).header.reply
+    assert reply.HasField("error")
+    me = agent_mod.current()
+    refused = decode_exception(reply.error, me.policy, me.name)
+    assert isinstance(refused, gw.errors.PolicyError), refused
+    assert "system" in str(refused)
+    assert not os.path.exists(marker)
+    _serves_large_tensors()
+
+
+def test_garbage_on_the_lane_gets_a_status_and_an_oversized_call_closes_the_connection() -> None:
+    with _authenticated() as sock:
+        for garbage in (b"\xff" * 40, b""):
+            sock.sendall(_call_record(garbage))
+            record, body = _read_answer(sock)
+            assert record == bulk_lane.STATUS
+            (code,) = struct.unpack_from("<I", body)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT.value[0], body
+            assert body[4:], "the status names what was wrong"
+        sock.sendall(struct.pack("<QQ", bulk_lane.CALL, 1 << 40))  # no such frame is sent
+        assert _until_closed(sock, 5) == b""
+    with _authenticated() as sock:  # a status record is only ever the listener's
+        sock.sendall(struct.pack("<QQ", bulk_lane.STATUS, 4) + b"\0\0\0\0")
+        assert _until_closed(sock, 5) == b""
     _serves_large_tensors()
 
 

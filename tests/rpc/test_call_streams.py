@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -20,6 +21,22 @@ from gradwire._wire.pickler import EncodeContext
 from gradwire.distributed import rpc
 
 from .test_rpc_local import _ran, record, slow
+
+
+@pytest.fixture(autouse=True)
+def _no_lane_calls(request: pytest.FixtureRequest) -> Iterator[None]:
+    """These tests are about the gRPC call streams: over TCP, the worker's rpc_sync would
+    take the bulk lane instead (tests/rpc/test_bulk_lane.py)."""
+    if "solo" not in request.fixturenames:
+        yield
+        return
+    request.getfixturevalue("solo")
+    transport = agent_mod.current().transport
+    lane, transport.lane = transport.lane, None
+    try:
+        yield
+    finally:
+        transport.lane = lane
 
 
 def fail() -> None:

@@ -24,6 +24,7 @@ import gradwire.multiprocessing  # noqa: F401 - gw.multiprocessing below
 import numpy as np
 import pytest
 from gradwire import errors
+from gradwire._runtime import agent as agent_mod
 from gradwire.distributed import rpc
 from gradwire.distributed.rpc.rref import _call_method
 from numpy.lib.stride_tricks import as_strided
@@ -42,9 +43,21 @@ def mode(request: pytest.FixtureRequest) -> Iterator[str]:
         rpc.shutdown(graceful=False)
 
 
+def _sync_over_grpc(fn: Any, args: tuple[Any, ...]) -> Any:
+    """rpc_sync by gRPC (its call streams) rather than on the bulk lane, where rpc_sync goes
+    over TCP by default: both must refuse what the policy refuses."""
+    transport = agent_mod.current().transport
+    lane, transport.lane = transport.lane, None
+    try:
+        return rpc.rpc_sync("solo", fn, args)
+    finally:
+        transport.lane = lane
+
+
 def _verbs() -> list[Callable[..., Any]]:
     return [
-        lambda fn, args: rpc.rpc_sync("solo", fn, args),
+        lambda fn, args: rpc.rpc_sync("solo", fn, args),  # on the bulk lane (TCP)
+        _sync_over_grpc,
         lambda fn, args: rpc.rpc_async("solo", fn, args).wait(),
         lambda fn, args: rpc.remote("solo", fn, args).to_here(),
     ]
@@ -109,7 +122,9 @@ ESCAPE_STEPS: list[tuple[str, Callable[[], Any], str, tuple[Any, ...]]] = [
 ]
 
 
-@pytest.mark.parametrize("verb", [0, 1, 2], ids=["rpc_sync", "rpc_async", "remote"])
+@pytest.mark.parametrize(
+    "verb", [0, 1, 2, 3], ids=["rpc_sync", "rpc_sync_grpc", "rpc_async", "remote"]
+)
 @pytest.mark.parametrize("label,make,member,args", ESCAPE_STEPS, ids=[s[0] for s in ESCAPE_STEPS])
 def test_every_escape_step_is_refused(
     mode: str, verb: int, label: str, make: Callable[[], Any], member: str, args: tuple[Any, ...]

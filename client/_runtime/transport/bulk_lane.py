@@ -479,6 +479,7 @@ class BulkLane:
             try:
                 reply = serve(peer, raw)
                 answer = (_TRANSFER.pack(CALL, len(reply)), reply)
+                bulk.count("calls_served")
             except LaneStatus as st:
                 answer = _status(st.code, st.details)
             except Exception as exc:  # noqa: BLE001 - the caller gets it as INTERNAL
@@ -635,6 +636,7 @@ class BulkLane:
             inbox.disconnected(name)
         if pin is None:
             self._give_back(name, conn, calls=True)
+        bulk.count("calls")
         return reply
 
     def _read_reply(self, conn: socket.socket, peer: str, deadline: float | None) -> Frame:
