@@ -707,12 +707,14 @@ def test_rpc_sync_goes_on_the_lane_its_tensor_before_its_frame_on_one_connection
     assert 1 <= link["call_connections"] <= bulk_lane.CALL_CONNECTIONS_PER_PEER
 
 
-def test_to_here_and_gradients_go_on_the_lane() -> None:
+def test_remote_to_here_the_delete_and_gradients_go_on_the_lane() -> None:
     before = _counts()
     rref = rpc.remote(PEER, make_source, (MiB // 8, 4.0))
     assert np.all(rref.to_here() == 4.0)
-    assert _grew(before, _counts(), "calls") == [1]  # the fetch (remote() is a gRPC stream's)
-    del rref
+    assert _grew(before, _counts(), "calls") == [2]  # the RemoteCall, the fetch
+    before = _counts()
+    del rref  # its RRefDelete goes on the lane too (in the background)
+    assert until(lambda: _grew(before, _counts(), "calls") == [1], 10)
     rng = np.random.default_rng(5)
     x, w = rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
     mine = _counts()

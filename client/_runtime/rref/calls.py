@@ -154,7 +154,7 @@ class RRefCalls:
                 answer = PipeAnswer(me, settled, _remote_ack, "a remote() reply")
                 first, streamed[0] = streamed[0], False
                 if first and svc.transport.stream_call(
-                    peer.call_dial, encoded, seconds, answer.done
+                    peer.call_dial, encoded, seconds, answer.done, peer
                 ):
                     return  # else every stream is busy: the pipe
                 svc.transport.pipe_call(peer.dial, call.message_id, encoded, seconds, answer.done)

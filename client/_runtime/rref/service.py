@@ -181,7 +181,7 @@ class RRefService:
                 self.ctx, settled, lambda r: response_cls.FromString(r.control_response), method
             )
             if peer.call_dial != peer.dial and self.transport.stream_call(
-                peer.call_dial, encoded, seconds, answer.done
+                peer.call_dial, encoded, seconds, answer.done, peer
             ):
                 return
             self.transport.pipe_call(peer.dial, message_id, encoded, seconds, answer.done)

@@ -56,6 +56,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from contextlib import contextmanager
 from typing import Any
 
@@ -229,6 +230,17 @@ class _Pin:
         self.peer = peer
         self.conn = conn
         self.inbound = inbound
+
+
+class _Sent:
+    """A call written on a lane connection, its answer still to read."""
+
+    __slots__ = ("conn", "pin", "deadline")
+
+    def __init__(self, conn: socket.socket, pin: _Pin | None, deadline: float | None) -> None:
+        self.conn = conn
+        self.pin = pin
+        self.deadline = deadline
 
 
 class LaneStatus(Exception):
@@ -590,17 +602,60 @@ class BulkLane:
         on this thread (the tensors of the reply first, into the inbox).
 
         Returns:
-            The reply frame; None when no connection could be had (send the call by gRPC).
+            The reply frame; None when the call could not be sent (no connection could be
+            had, or it broke before the whole call was written): send it by gRPC.
 
         Raises:
             StreamFailed: DEADLINE_EXCEEDED past ``timeout``, UNAVAILABLE when the connection
                 broke, or the status the callee answered with (LaneStatus).
         """
+        found: _Pin | None = getattr(self._local, "pin", None)
+        pin = found if found is not None and found.peer == peer.name and not found.inbound else None
+        sent = self._send_call(peer, encode_frame(frame), timeout, pin)
+        return None if sent is None else self._answer_of(peer.name, sent)
+
+    def start(
+        self,
+        peer: Peer,
+        encoded: bytes,
+        timeout: float | None,
+        readers: Executor,
+        done: Callable[[Frame | None, grpc.RpcError | None], None],
+    ) -> bool:
+        """Send the encoded one-frame call to ``peer`` on a lane connection from this thread
+        and return at once; a thread of ``readers`` reads the answer and runs ``done(reply
+        frame, None)`` or ``done(None, StreamFailed)``. False when the call could not be sent
+        (send it another way), as ``Streams.start``."""
+        sent = self._send_call(peer, encoded, timeout, None)
+        if sent is None:
+            return False
+
+        def receive() -> None:
+            try:
+                reply = self._answer_of(peer.name, sent)
+            except StreamFailed as exc:
+                done(None, exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - an answer that does not decode
+                done(None, StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply: {exc!r}"))
+                return
+            done(reply, None)
+
+        try:
+            readers.submit(receive)
+        except RuntimeError:  # the readers were shut down: the transport is closing
+            self._failed(peer.name, sent)
+            raise StreamFailed(grpc.StatusCode.UNAVAILABLE, "the transport is closing") from None
+        return True
+
+    def _send_call(
+        self, peer: Peer, raw: bytes, timeout: float | None, pin: _Pin | None
+    ) -> _Sent | None:
+        """Write the call record of ``raw`` on a call connection to ``peer`` (``pin``'s, if
+        any); None when it could not be (nothing of it reached the callee as a call)."""
         if in_loop_thread():
             return None
         name = peer.name
-        found: _Pin | None = getattr(self._local, "pin", None)
-        pin = found if found is not None and found.peer == name and not found.inbound else None
         conn = pin.conn if pin is not None else None
         if conn is None:
             conn = self._take(name, peer.bulk_address, calls=True)
@@ -608,18 +663,27 @@ class BulkLane:
                 return None
             if pin is not None:
                 pin.conn = conn  # given back when the pin ends
-        deadline = None if timeout is None else time.monotonic() + timeout
-        raw = encode_frame(frame)
-        inbox = self.inbox
-        inbox.connected(name)  # a take of a transfer read here waits for it
+        sent = _Sent(conn, pin, None if timeout is None else time.monotonic() + timeout)
         try:
-            conn.settimeout(bulk.STALL_SECONDS if timeout is None else timeout)
+            conn.settimeout(bulk.STALL_SECONDS if timeout is None else max(timeout, 0.001))
             _send_parts(conn, (_TRANSFER.pack(CALL, len(raw)), raw))
-            reply = self._read_reply(conn, name, deadline)
+        except OSError as exc:
+            # Not all of it was written: the callee reads a cut record and closes, so the call
+            # never runs there and may go another way.
+            log.info(
+                "bulk lane to %s: a call could not be written (%r); it goes by gRPC", name, exc
+            )
+            self._failed(name, sent, connected=False)
+            return None
+        self.inbox.connected(name)  # a take of a transfer read with the answer waits for it
+        return sent
+
+    def _answer_of(self, name: str, sent: _Sent) -> Frame:
+        """The answer of the call ``sent`` to ``name``, read on this thread."""
+        try:
+            reply = self._read_reply(sent.conn, name, sent.deadline)
         except BaseException as exc:
-            self._drop(name, conn, calls=True)
-            if pin is not None:
-                pin.conn = None
+            self._failed(name, sent)
             if isinstance(exc, StreamFailed):
                 raise
             if isinstance(exc, TimeoutError):
@@ -632,12 +696,19 @@ class BulkLane:
                     f"the bulk-lane connection to {name!r} broke: {exc!r}",
                 ) from exc
             raise
-        finally:
-            inbox.disconnected(name)
-        if pin is None:
-            self._give_back(name, conn, calls=True)
+        self.inbox.disconnected(name)
+        if sent.pin is None:
+            self._give_back(name, sent.conn, calls=True)
         bulk.count("calls")
         return reply
+
+    def _failed(self, name: str, sent: _Sent, connected: bool = True) -> None:
+        """The call ``sent`` ended without its answer: its connection goes."""
+        if connected:
+            self.inbox.disconnected(name)
+        self._drop(name, sent.conn, calls=True)
+        if sent.pin is not None:
+            sent.pin.conn = None
 
     def _read_reply(self, conn: socket.socket, peer: str, deadline: float | None) -> Frame:
         """The answer of the call just sent on ``conn``: its transfers into the inbox, then

@@ -377,11 +377,12 @@ class Transport:
         encoded: bytes,
         timeout: float | None,
         done: Callable[[Frame | None, grpc.RpcError | None], None],
+        peer: Peer | None = None,
     ) -> bool:
-        """Start a single-frame call on one of the address's call streams, sent from this
-        thread; a reader thread waits for its reply and runs ``done(reply frame, None)`` or
-        ``done(None, grpc error)``. False when no stream is free (send it on the pipe)."""
-        stubs = self._get(address)
+        """Start a single-frame call on ``peer``'s bulk lane when it serves the call (as
+        ``call``), else on one of the address's call streams, sent from this thread; a reader
+        thread waits for its reply and runs ``done(reply frame, None)`` or ``done(None, grpc
+        error)``. False when no stream is free (send it on the pipe)."""
         readers = self._readers
         if readers is None:
             with self._lock:
@@ -392,7 +393,11 @@ class Transport:
                         STREAM_READERS, thread_name_prefix="gradwire-stream-replies"
                     )
                 readers = self._readers
-        return stubs.streams.start(encoded, timeout, readers, done)
+        lane = self.lane
+        if lane is not None and peer is not None and lane.serves(peer, address):
+            if lane.start(peer, encoded, timeout, readers, done):
+                return True
+        return self._get(address).streams.start(encoded, timeout, readers, done)
 
     def pipe_call(
         self,
