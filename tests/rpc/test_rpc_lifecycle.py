@@ -243,13 +243,18 @@ def test_agent_socket_dir_names_its_pid() -> None:
         rpc.shutdown(graceful=False)
 
 
-def test_shutdown_with_open_call_streams_does_not_wait_out_the_grace() -> None:
+@pytest.mark.parametrize("lane", [False, True], ids=["call_stream", "lane"])
+def test_shutdown_with_open_call_streams_does_not_wait_out_the_grace(lane: bool) -> None:
     from .test_call_streams import _open, _streams
 
-    rpc.init_rpc("solo", 0, 1, solo_options())
+    rpc.init_rpc("solo", 0, 1, solo_options(lane_calls=lane))
     try:
         assert rpc.rpc_sync("solo", operator.add, (1, 2)) == 3
-        assert _open(_streams()) == 1  # rpc_sync left its stream open
+        if lane:  # rpc_sync left a lane connection open
+            info = rpc.get_debug_info()["bulk_lane"]
+            assert info["connections_out"]["solo"]["call_connections"] == 1
+        else:
+            assert _open(_streams()) == 1  # rpc_sync left its stream open
     finally:
         started = time.monotonic()
         rpc.shutdown()

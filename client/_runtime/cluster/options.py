@@ -89,10 +89,12 @@ class GrpcRpcBackendOptions:
             the message (off under TLS; docs/wire.md, "The bulk lane"). A peer whose lane
             cannot be reached gets its tensors in the messages, as without it.
         bulk_threshold_bytes: smallest tensor, in bytes, that takes the bulk lane.
-        lane_calls: send the one-frame calls for a peer's fast lane over TCP (rpc_sync,
-            to_here(), gradients) on its bulk lane instead, the caller's thread writing the
-            call and reading the answer, the callee's lane thread serving it (one thread
-            wake-up per side; docs/wire.md, "Calls on the lane"). Needs ``bulk_transfer``.
+        lane_calls: send the one-frame calls for a peer's fast lane (rpc_sync, to_here(),
+            remote()'s first attempt, RRef control messages, gradients) on its bulk lane
+            instead, same-host peers included (their tensors still go through shared
+            memory): the caller's thread writes the call and reads the answer, the callee's
+            lane thread serves it (one thread wake-up per side; docs/wire.md, "Calls on the
+            lane"). Needs ``bulk_transfer``; off under TLS.
         bulk_port: the bulk lane's TCP port (0: any free port, advertised at the rendezvous);
             fix it when a firewall must let it through.
         rref_leak_check: what graceful shutdown does when an owner still knows forks of its

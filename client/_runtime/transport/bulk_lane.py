@@ -587,14 +587,15 @@ class BulkLane:
                 self._give_back(peer_name, pin.conn, calls=True)
 
     def serves(self, peer: Peer, address: str) -> bool:
-        """Whether a one-frame call to ``peer``'s fast lane at ``address`` may go on the lane
-        (it has one, the call goes over TCP, and lane calls are on)."""
+        """Whether a one-frame call to ``peer``'s fast lane at ``address`` may go on the lane:
+        lane calls are on and ``peer`` has a lane and a fast lane (on another host or on this
+        one: a same-host peer's tensors still go through shared memory, only the frames take
+        the lane's loopback connection instead of the fast lane's Unix socket)."""
         return (
             self._ctx.options.lane_calls
             and bool(peer.bulk_address)
             and address == peer.call_dial
             and address != peer.dial
-            and not address.startswith("unix:")
         )
 
     def exchange(self, peer: Peer, frame: Frame, timeout: float | None) -> Frame | None:
