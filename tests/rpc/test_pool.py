@@ -172,3 +172,39 @@ def test_knows_its_own_threads() -> None:
     finally:
         pool.close()
         other.close()
+
+
+def test_an_adopted_thread_serves_under_the_pool_slots() -> None:
+    """The bulk lane's reader serves calls on its own thread: adopted, it takes a slot for a
+    call (queued work waits for it), and gives it back while it blocks inside."""
+    pool = ServingPool(1)
+    ran: list[str] = []
+    in_slot = threading.Event()
+    release = threading.Event()
+    gate: Future[None] = Future()
+
+    def lane_thread() -> None:
+        pool.adopt()
+        pool.adopt()  # idempotent
+        assert pool.on_pool_thread()
+        with pool.slot():
+            in_slot.set()
+            release.wait(5)
+            ran.append("lane, first part")
+            gate.wait(5)  # a blocking wait: the slot goes to queued work meanwhile
+            ran.append("lane, after the wait")
+
+    t = threading.Thread(target=lane_thread)
+    t.start()
+    assert in_slot.wait(5)
+    queued = pool.submit(lambda: ran.append("queued"))
+    time.sleep(0.1)
+    assert ran == []  # the only slot is the lane thread's
+    release.set()
+    queued.result(5)  # ran while the lane thread waited in gate.wait
+    assert ran == ["lane, first part", "queued"]
+    gate.set_result(None)
+    t.join(5)
+    assert ran[-1] == "lane, after the wait"
+    assert pool.submit(lambda: "free again").result(5) == "free again"  # the slot came back
+    pool.close()
