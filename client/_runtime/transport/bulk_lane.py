@@ -759,8 +759,8 @@ class BulkLane:
             conn = self._connect(address)
         except (OSError, ValueError) as exc:
             log.warning(
-                "%s: cannot reach the bulk lane of %s at %s (%s); its tensors stream in the "
-                "messages for %.0f s",
+                "%s: cannot reach the bulk lane of %s at %s (%s); for %.0f s its tensors "
+                "stream in the messages and its calls go by gRPC",
                 self._ctx.name,
                 peer_name,
                 address,
