@@ -797,6 +797,24 @@ def test_nested_lane_calls_both_ways_and_many_threads_at_once() -> None:
     assert info["connections_out"][PEER]["call_connections"] <= bulk_lane.CALL_CONNECTIONS_PER_PEER
 
 
+def test_an_idle_connection_is_reused_only_while_open_and_quiet() -> None:
+    for how in ("closed", "bytes", "reset"):
+        ours, theirs = socket.socketpair()
+        with ours:
+            assert bulk_lane._still_open(ours)
+            if how == "bytes":
+                theirs.sendall(b"x")  # a lane never sends on an idle connection
+            elif how == "reset":
+                theirs.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            if how != "bytes":
+                theirs.close()
+            assert not bulk_lane._still_open(ours), how
+            theirs.close()
+    closed = socket.socket()
+    closed.close()
+    assert not bulk_lane._still_open(closed)
+
+
 def _call_record(frame: bytes) -> bytes:
     return struct.pack("<QQ", bulk_lane.CALL, len(frame)) + frame
 

@@ -51,6 +51,7 @@ import itertools
 import logging
 import os
 import secrets
+import select
 import socket
 import struct
 import threading
@@ -115,6 +116,7 @@ INBOX_LIMIT_BYTES = 4 << 30
 #: that is longer).
 STALE_SECONDS = 300.0
 _RECV_CHUNK = 1 << 20
+_RDHUP = getattr(select, "POLLRDHUP", 0)
 #: Parts of a write up to this many bytes are joined into one ``sendall``.
 _JOIN_BYTES = 64 << 10
 
@@ -158,18 +160,14 @@ def _discard(sock: socket.socket, nbytes: int) -> None:
 
 def _still_open(sock: socket.socket) -> bool:
     """Whether an idle connection is still usable: the peer neither closed it nor sent on it
-    (a lane never sends after the handshake)."""
+    (a lane sends nothing on an idle connection). One ``poll`` with no wait: readable means
+    closed, reset, or bytes nobody asked for."""
     try:
-        sock.setblocking(False)
-        try:
-            sock.recv(1, socket.MSG_PEEK)
-        finally:
-            sock.settimeout(bulk.STALL_SECONDS)
-    except BlockingIOError:  # nothing to read: open and quiet
-        return True
-    except OSError:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLPRI | _RDHUP)
+        return not poller.poll(0)
+    except (OSError, ValueError):  # closed here (fileno -1)
         return False
-    return False  # b"" (closed) or unexpected bytes
 
 
 def _status(code: grpc.StatusCode, details: str) -> tuple[bytes, bytes]:
