@@ -18,6 +18,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import gradwire as gw
@@ -776,22 +777,15 @@ def test_nested_lane_calls_both_ways_and_many_threads_at_once() -> None:
     _assert_same(rpc.rpc_sync(PEER, call_back, (MAIN, x)), x)
     assert _grew(theirs, _counts(PEER), "calls")[0] == 1
     threads, per_thread = 12, 10  # more threads than call connections: some go by gRPC
-    errors: list[BaseException] = []
 
-    def work(i: int) -> None:
-        try:
-            for j in range(per_thread):
-                v = np.full(THRESHOLD // 8 + i, float(i * 100 + j))
-                _assert_same(rpc.rpc_sync(PEER, echo, (v,)), v)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+    def work(i: int) -> int:
+        for j in range(per_thread):
+            v = np.full(THRESHOLD // 8 + i, float(i * 100 + j))
+            _assert_same(rpc.rpc_sync(PEER, echo, (v,)), v)
+        return i
 
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(60)
-    assert errors == []
+    with ThreadPoolExecutor(threads) as pool:  # a failed thread's error is raised here
+        assert sorted(pool.map(work, range(threads), timeout=60)) == list(range(threads))
     info = lane_info()
     assert info is not None
     assert info["connections_out"][PEER]["call_connections"] <= bulk_lane.CALL_CONNECTIONS_PER_PEER

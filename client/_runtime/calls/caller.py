@@ -9,6 +9,7 @@ control messages are retried with backoff (``send_control``).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -55,6 +56,7 @@ from .routes import CALL_STREAM, PIPE, choose_route
 __all__ = ["Caller"]
 
 log = logging.getLogger(__name__)
+_NO_PIN = contextlib.nullcontext()
 
 
 class Caller:
@@ -115,90 +117,78 @@ class Caller:
             SerializationError: ``fn`` or the arguments cannot be sent (raised at once).
             MessageTooLargeError: the payload exceeds ``max_message_bytes``.
         """
-        if blocking:
-            if in_loop_thread():
-                raise RpcError(
-                    "rpc_sync() on gradwire's I/O loop thread would deadlock; use rpc_async()"
+        if blocking and in_loop_thread():
+            raise RpcError(
+                "rpc_sync() on gradwire's I/O loop thread would deadlock; use rpc_async()"
+            )
+        # rpc_sync: the arguments' bulk-lane bytes and the call itself on one lane connection.
+        with self._transport.pinned(peer) if blocking else _NO_PIN:
+            me = self._ctx
+            name, bound_self = calls.function_name(fn)
+            header = pb.CallHeader(
+                message_id=next(self._ids),
+                caller_id=me.rank,
+                kind=kind,  # type: ignore[arg-type]
+                function=name,
+                timeout_seconds=timeout or 0.0,
+            )
+            first, buffers, ctx = self._encode(peer, name, header, (bound_self, args, kwargs))
+            call = first.call
+            hooks.send_call(call, ctx.objects.get("T", []) if ctx else (), peer.id)
+            fut: Future[Any] = Future()
+            shared = [m for m in first.payload.tensors if m.HasField("shm")] if ctx else []
+            with self._lock:
+                self.pending[call.message_id] = fut
+                self._dest[call.message_id] = peer.id
+                if shared:
+                    self._shm_sent[call.message_id] = shared
+            if call.HasField("autograd"):  # made in a dist autograd context: it tracks the answer
+                hooks.call_started(
+                    call, peer.id, fut, time.monotonic() + timeout if timeout else None
                 )
-            # The arguments' bulk-lane bytes and the call itself on one lane connection.
-            with self._transport.pinned(peer):
-                return self._call(peer, fn, args, kwargs, timeout, blocking, kind)
-        return self._call(peer, fn, args, kwargs, timeout, blocking, kind)
+            if ctx is None:  # plain arguments: already one whole frame
+                single, frame = True, Frame(first, buffers)
+            else:
+                single = calls.total_bytes(buffers) <= me.options.single_frame_bytes
+                if single:
+                    frame = one_frame(first, buffers)
+            what = f"rpc to {name}"
+            started = time.monotonic()
+            choice = choose_route(
+                peer,
+                one_frame=single,
+                blocking=blocking,
+                reply_later=bool(
+                    getattr(fn, ASYNC_EXECUTION_ATTR, False) or (ctx and ctx.objects.get("R"))
+                ),
+            )
+            if choice.route is PIPE:
+                self._start_async(peer, choice.address, frame, call, fut, what, started, timeout)
+                return fut
 
-    def _call(
-        self,
-        peer: Peer,
-        fn: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        timeout: float | None,
-        blocking: bool,
-        kind: int,
-    ) -> Future[Any]:
-        me = self._ctx
-        name, bound_self = calls.function_name(fn)
-        header = pb.CallHeader(
-            message_id=next(self._ids),
-            caller_id=me.rank,
-            kind=kind,  # type: ignore[arg-type]
-            function=name,
-            timeout_seconds=timeout or 0.0,
-        )
-        first, buffers, ctx = self._encode(peer, name, header, (bound_self, args, kwargs))
-        call = first.call
-        hooks.send_call(call, ctx.objects.get("T", []) if ctx else (), peer.id)
-        fut: Future[Any] = Future()
-        shared = [m for m in first.payload.tensors if m.HasField("shm")] if ctx else []
-        with self._lock:
-            self.pending[call.message_id] = fut
-            self._dest[call.message_id] = peer.id
-            if shared:
-                self._shm_sent[call.message_id] = shared
-        if call.HasField("autograd"):  # made in a dist autograd context: it tracks the answer
-            hooks.call_started(call, peer.id, fut, time.monotonic() + timeout if timeout else None)
-        if ctx is None:  # plain arguments: already one whole frame
-            single, frame = True, Frame(first, buffers)
-        else:
-            single = calls.total_bytes(buffers) <= me.options.single_frame_bytes
-            if single:
-                frame = one_frame(first, buffers)
-        what = f"rpc to {name}"
-        started = time.monotonic()
-        choice = choose_route(
-            peer,
-            one_frame=single,
-            blocking=blocking,
-            reply_later=bool(
-                getattr(fn, ASYNC_EXECUTION_ATTR, False) or (ctx and ctx.objects.get("R"))
-            ),
-        )
-        if choice.route is PIPE:
-            self._start_async(peer, choice.address, frame, call, fut, what, started, timeout)
+            def run() -> None:
+                try:
+                    with blocking_region():
+                        if choice.route is CALL_STREAM:
+                            reply = self._transport.call(choice.address, frame, timeout, peer)
+                            msg = self._assemble_one(peer, reply)
+                        else:  # FRAMED_STREAM
+                            frames = split(first, buffers, me.options.chunk_bytes)
+                            replies = self._transport.stream(choice.address, frames, timeout)
+                            msg = self._assemble(peer, replies)
+                    self._finish(peer, call, msg, fut, what, started, timeout)
+                except grpc.RpcError as exc:
+                    self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
+                except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                    self._fail(fut, exc)
+                finally:
+                    self._forget(call.message_id)
+
+            if blocking:
+                run()
+            else:
+                self._pool.submit(run)
             return fut
-
-        def run() -> None:
-            try:
-                with blocking_region():
-                    if choice.route is CALL_STREAM:
-                        reply = self._transport.call(choice.address, frame, timeout, peer)
-                        msg = self._assemble_one(peer, reply)
-                    else:  # FRAMED_STREAM
-                        frames = split(first, buffers, me.options.chunk_bytes)
-                        replies = self._transport.stream(choice.address, frames, timeout)
-                        msg = self._assemble(peer, replies)
-                self._finish(peer, call, msg, fut, what, started, timeout)
-            except grpc.RpcError as exc:
-                self._fail(fut, map_rpc_error(exc, peer.name, what, started, timeout))
-            except BaseException as exc:  # noqa: BLE001 - delivered to the future
-                self._fail(fut, exc)
-            finally:
-                self._forget(call.message_id)
-
-        if blocking:
-            run()
-        else:
-            self._pool.submit(run)
-        return fut
 
     def _encode(
         self, peer: Peer, name: str, header: pb.CallHeader, body: Any

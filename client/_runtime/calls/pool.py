@@ -18,9 +18,10 @@ VM exit.) A thread that finishes a task takes the next queued one itself. Idle t
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future as ConcurrentFuture
 from types import TracebackType
 from typing import Any
@@ -195,10 +196,15 @@ class ServingPool:
         local.member = True
         local.released = True
 
-    def slot(self) -> _Slot:
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
         """On an adopted thread: take a slot for the block (waiting, ahead of queued work, as
         a thread back from a blocking wait does), give it back at its end."""
-        return _Slot(self)
+        self._take_slot()
+        try:
+            yield
+        finally:
+            self._release_slot()
 
     def blocking(self) -> _Blocking:
         """Give the calling thread's slot back while it blocks; take one again afterwards."""
@@ -270,23 +276,3 @@ class _Blocking:
     ) -> None:
         if self._released:
             self._pool._take_slot()
-
-
-class _Slot:
-    """The context manager of :meth:`ServingPool.slot`."""
-
-    __slots__ = ("_pool",)
-
-    def __init__(self, pool: ServingPool) -> None:
-        self._pool = pool
-
-    def __enter__(self) -> None:
-        self._pool._take_slot()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._pool._release_slot()

@@ -219,81 +219,73 @@ class DistAutogradService(hooks.CallHook):
         grads: list[Any],
         here: bool = False,
     ) -> Future[Any]:
-        args = (dst, context_id, message_id, pass_id, retain_graph, grads, here)
-        if here:  # sent from this thread: its bulk-lane bytes and the message on one connection
-            with self.transport.pinned(self.me.peers[dst]):
-                return self._send_gradients(*args)
-        return self._send_gradients(*args)
-
-    def _send_gradients(
-        self,
-        dst: int,
-        context_id: int,
-        message_id: int,
-        pass_id: int,
-        retain_graph: bool,
-        grads: list[Any],
-        here: bool,
-    ) -> Future[Any]:
         me = self.me
         peer = me.peers[dst]
-        out: Future[Any] = Future()
-        head = pb.GradientsHeader(
-            context_id=context_id,
-            message_id=to_gid(message_id),
-            sender_id=me.rank,
-            retain_graph=retain_graph,
-            pass_id=pass_id,
-        )
-        try:
-            ectx = EncodeContext(
-                peer=peer.name, device_map=self._gradient_map(peer.name, context_id, message_id)
+        # Sent from this thread: its bulk-lane bytes and the message on one lane connection.
+        with self.transport.pinned(peer) if here else contextlib.nullcontext():
+            out: Future[Any] = Future()
+            head = pb.GradientsHeader(
+                context_id=context_id,
+                message_id=to_gid(message_id),
+                sender_id=me.rank,
+                retain_graph=retain_graph,
+                pass_id=pass_id,
             )
-            first, buffers = calls.encode_body(pb.FrameHeader(gradients=head), list(grads), ectx)
-            size = calls.total_bytes(buffers)
-            if size <= me.options.single_frame_bytes:
-                frames = [one_frame(first, buffers)]
-            else:
-                frames = list(split(first, buffers, me.options.chunk_bytes))
-        except BaseException as exc:  # noqa: BLE001 - delivered to the future
-            out.set_exception(exc)
-            return out
-        started = time.monotonic()
-        timeout = me.options.rpc_timeout or None
-        what = "PropagateGradients"
-
-        def run() -> None:
-            # A blocking call (a serving thread lends its slot back while it waits): a gRPC
-            # future on an idle channel would start a channel-polling thread per send.
             try:
-                with blocking_region():
-                    if len(frames) == 1:  # the latency path: one frame on a call stream
-                        reply = self.transport.call(peer.call_dial, frames[0], timeout, peer)
-                        head = reply.header.reply
-                        ack = pb.GradientsAck(error=head.error if head.HasField("error") else None)
-                    else:
-                        ack = self.transport.framed_control(
-                            peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout
-                        )
-            except grpc.RpcError as exc:
-                out.set_exception(map_rpc_error(exc, peer.name, what, started, timeout))
-                return
+                ectx = EncodeContext(
+                    peer=peer.name, device_map=self._gradient_map(peer.name, context_id, message_id)
+                )
+                first, buffers = calls.encode_body(
+                    pb.FrameHeader(gradients=head), list(grads), ectx
+                )
+                size = calls.total_bytes(buffers)
+                if size <= me.options.single_frame_bytes:
+                    frames = [one_frame(first, buffers)]
+                else:
+                    frames = list(split(first, buffers, me.options.chunk_bytes))
             except BaseException as exc:  # noqa: BLE001 - delivered to the future
                 out.set_exception(exc)
-                return
-            if ack.HasField("error"):
-                out.set_exception(decode_exception(ack.error, me.policy, me.name))
-            else:
-                out.set_result(None)
+                return out
+            started = time.monotonic()
+            timeout = me.options.rpc_timeout or None
+            what = "PropagateGradients"
 
-        if here:  # the engine's thread waits for this answer next: it makes the call itself
-            run()
+            def run() -> None:
+                # A blocking call (a serving thread lends its slot back while it waits): a gRPC
+                # future on an idle channel would start a channel-polling thread per send.
+                try:
+                    with blocking_region():
+                        if len(frames) == 1:  # the latency path: one frame on a call stream
+                            reply = self.transport.call(peer.call_dial, frames[0], timeout, peer)
+                            head = reply.header.reply
+                            ack = pb.GradientsAck(
+                                error=head.error if head.HasField("error") else None
+                            )
+                        else:
+                            ack = self.transport.framed_control(
+                                peer.dial, "PropagateGradients", frames, pb.GradientsAck, timeout
+                            )
+                except grpc.RpcError as exc:
+                    out.set_exception(map_rpc_error(exc, peer.name, what, started, timeout))
+                    return
+                except BaseException as exc:  # noqa: BLE001 - delivered to the future
+                    out.set_exception(exc)
+                    return
+                if ack.HasField("error"):
+                    out.set_exception(decode_exception(ack.error, me.policy, me.name))
+                else:
+                    out.set_result(None)
+
+            if here:  # the engine's thread waits for this answer next: it makes the call itself
+                run()
+                return out
+            try:
+                self.pool.submit(run)
+            except RuntimeError as exc:  # the serving pool is closed: the agent is shutting down
+                out.set_exception(
+                    RpcShutdownError(f"cannot send gradients to {peer.name!r}: {exc}")
+                )
             return out
-        try:
-            self.pool.submit(run)
-        except RuntimeError as exc:  # the serving pool is closed: the agent is shutting down
-            out.set_exception(RpcShutdownError(f"cannot send gradients to {peer.name!r}: {exc}"))
-        return out
 
     def _gradient_map(self, peer: str, context_id: int, message_id: int) -> Any:
         """Gradients go back by the inverse of the map their forward message travelled by."""

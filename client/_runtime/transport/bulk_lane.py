@@ -127,24 +127,42 @@ def mac(token: str | None, nonce: bytes, name: bytes) -> bytes:
     return hmac.new(key, MAGIC + nonce + name, hashlib.sha256).digest()
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes | None:
-    """``n`` bytes, or None when the peer closed the connection before the first one; with a
-    ``deadline`` (``time.monotonic()``), TimeoutError past it however the bytes trickle in."""
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
+def _fill(
+    sock: socket.socket,
+    view: memoryview,
+    deadline: float | None = None,
+    progress: Callable[[], None] | None = None,
+    cap: float = float("inf"),
+) -> int:
+    """Read into ``view`` until it is full; the number of bytes read, fewer only when the peer
+    closed the connection first. With a ``deadline`` (``time.monotonic()``), TimeoutError past
+    it however the bytes trickle in (each wait at most ``cap`` seconds); ``progress()`` after
+    each read."""
+    got, n = 0, len(view)
     while got < n:
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"{got} of {n} bytes in the time allowed")
-            sock.settimeout(left)
-        k = sock.recv_into(view[got:])
+            sock.settimeout(min(left, cap))
+        k = sock.recv_into(view[got : got + _RECV_CHUNK])
         if not k:
-            if got == 0:
-                return None
-            raise ConnectionError(f"connection closed after {got} of {n} bytes")
+            return got
         got += k
+        if progress is not None:
+            progress()
+    return got
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes | None:
+    """``n`` bytes, or None when the peer closed the connection before the first one; with a
+    ``deadline`` (``time.monotonic()``), TimeoutError past it however the bytes trickle in."""
+    buf = bytearray(n)
+    got = _fill(sock, memoryview(buf), deadline)
+    if got < n:
+        if got == 0:
+            return None
+        raise ConnectionError(f"connection closed after {got} of {n} bytes")
     return bytes(buf)
 
 
@@ -439,19 +457,15 @@ class BulkLane:
             if buf is None:  # refused (a take says why) or cancelled: read and drop
                 _discard(conn, nbytes)
                 return True
-            view = byte_view(buf)
-            got = 0
-            while got < nbytes:
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(f"{got} of {nbytes} bytes in the time allowed")
-                    conn.settimeout(min(left, bulk.STALL_SECONDS))
-                k = conn.recv_into(view[got : got + _RECV_CHUNK])
-                if not k:
-                    raise ConnectionError(f"connection closed after {got} of {nbytes} bytes")
-                got += k
-                inbox.progress(peer, transfer_id)
+            got = _fill(
+                conn,
+                byte_view(buf),
+                deadline,
+                lambda: inbox.progress(peer, transfer_id),
+                bulk.STALL_SECONDS,
+            )
+            if got < nbytes:
+                raise ConnectionError(f"connection closed after {got} of {nbytes} bytes")
         except (OSError, ConnectionError) as exc:
             inbox.fail(peer, transfer_id, str(exc) or type(exc).__name__)
             if deadline is not None and isinstance(exc, TimeoutError):
