@@ -791,6 +791,63 @@ def test_nested_lane_calls_both_ways_and_many_threads_at_once() -> None:
     assert info["connections_out"][PEER]["call_connections"] <= bulk_lane.CALL_CONNECTIONS_PER_PEER
 
 
+def test_a_first_version_lane_gets_transfers_and_no_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer whose listener says ``MAGIC_V1`` (a lane before calls): its calls go by gRPC
+    (exchange gives up at once, nothing hangs), its transfers still go on its lane."""
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    listener = socket.create_server(("127.0.0.1", 0))
+    proofs: list[bool] = []
+
+    def old_listener() -> None:  # the first version's handshake, then reads and keeps quiet
+        with listener:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                nonce = os.urandom(32)
+                conn.sendall(bulk_lane.MAGIC_V1 + nonce)
+                (n,) = struct.unpack("<H", conn.recv(2, socket.MSG_WAITALL))
+                name = conn.recv(n, socket.MSG_WAITALL)
+                proof = conn.recv(32, socket.MSG_WAITALL)
+                proofs.append(proof == bulk_lane.mac(TOKEN, nonce, name, bulk_lane.MAGIC_V1))
+                conn.sendall(b"\x01")
+                threading.Thread(target=lambda c=conn: _until_closed(c, 30), daemon=True).start()
+
+    threading.Thread(target=old_listener, daemon=True).start()
+    old = dataclasses.replace(
+        agent_mod.current().by_name[PEER],
+        name="old-peer",
+        bulk_address=f"127.0.0.1:{listener.getsockname()[1]}",
+    )
+    monkeypatch.setitem(agent_mod.current().by_name, "old-peer", old)
+    try:
+        started = time.monotonic()
+        frame = fetch_frame_of_nothing()
+        assert lane.exchange(old, frame, timeout=None) is None  # no call sent: gRPC's turn
+        assert lane.exchange(old, frame, timeout=None) is None  # known now: not even a connect
+        assert time.monotonic() - started < 5
+        assert proofs == [True]
+        conn = lane._take("old-peer", old.bulk_address)  # a connection for transfers
+        assert conn is not None
+        lane._give_back("old-peer", conn)
+        info = lane_info()
+        assert info is not None
+        assert info["connections_out"]["old-peer"]["call_connections"] == 0
+    finally:
+        listener.close()
+        lane.drop_peer("old-peer")
+
+
+def fetch_frame_of_nothing() -> Any:
+    from gradwire._proto import worker_pb2 as pb
+    from gradwire._wire import framing
+
+    request = pb.FetchRequest(rref_id=pb.GloballyUniqueId(created_on=1, local_id=1))
+    return framing.Frame(pb.FrameHeader(fetch_request=request, last=True), [])
+
+
 def test_an_idle_connection_is_reused_only_while_open_and_quiet() -> None:
     for how in ("closed", "bytes", "reset"):
         ours, theirs = socket.socketpair()

@@ -8,7 +8,9 @@ one out.
 
 Protocol (docs/wire.md, "The bulk lane"), all integers little-endian:
 
-1. The listener accepts and sends ``MAGIC`` and a fresh 32-byte nonce.
+1. The listener accepts and sends ``MAGIC`` and a fresh 32-byte nonce (``MAGIC_V1`` from a
+   listener of the first version, which takes transfers but no calls: a sender then sends
+   its calls by gRPC).
 2. The sender answers ``[u16 n][n bytes: its worker name][32 bytes: HMAC-SHA256(token, MAGIC +
    nonce + name)]``; the listener checks it (constant time) and answers one byte, 1, or
    closes the connection. Nothing else is read from a connection before that, and the
@@ -76,6 +78,7 @@ __all__ = [
     "BulkLane",
     "LaneStatus",
     "MAGIC",
+    "MAGIC_V1",
     "HANDSHAKE_SECONDS",
     "CONNECTIONS_PER_PEER",
     "CALL_CONNECTIONS_PER_PEER",
@@ -84,7 +87,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"GWBULK1\0"
+MAGIC = b"GWBULK2\0"
+#: The first version's listener: transfers only (its peers' calls go by gRPC).
+MAGIC_V1 = b"GWBULK1\0"
 _NONCE_BYTES = 32
 _NAME_LEN = struct.Struct("<H")
 _TRANSFER = struct.Struct("<QQ")
@@ -121,10 +126,11 @@ _RDHUP = getattr(select, "POLLRDHUP", 0)
 _JOIN_BYTES = 64 << 10
 
 
-def mac(token: str | None, nonce: bytes, name: bytes) -> bytes:
-    """The handshake's proof that the sender knows the cluster token."""
+def mac(token: str | None, nonce: bytes, name: bytes, magic: bytes = MAGIC) -> bytes:
+    """The handshake's proof that the sender knows the cluster token (over the ``magic`` the
+    listener sent)."""
     key = (token or "").encode()
-    return hmac.new(key, MAGIC + nonce + name, hashlib.sha256).digest()
+    return hmac.new(key, magic + nonce + name, hashlib.sha256).digest()
 
 
 def _fill(
@@ -231,6 +237,8 @@ class _PeerLinks:
         self.transfers = _Conns(CONNECTIONS_PER_PEER)
         self.calls = _Conns(CALL_CONNECTIONS_PER_PEER)
         self.unreachable_until = 0.0
+        #: False once the peer's listener said it takes no calls (``MAGIC_V1``).
+        self.takes_calls = True
 
     def pool(self, calls: bool) -> _Conns:
         return self.calls if calls else self.transfers
@@ -552,7 +560,11 @@ class BulkLane:
             return False
         pin = getattr(self._local, "pin", None)
         if pin is not None and pin.peer == peer_name:
-            return self._write_pinned(pin, address, parts)
+            if pin.conn is None and not pin.inbound:
+                pin.conn = self._take(peer_name, address, calls=True)
+            if pin.conn is not None or pin.inbound:
+                return self._write_pinned(pin, parts)
+            # No connection for calls (all busy, or the peer takes none): a transfer's own.
         conn = self._take(peer_name, address, calls=False)
         if conn is None:
             return False
@@ -565,14 +577,10 @@ class BulkLane:
         self._give_back(peer_name, conn, calls=False)
         return True
 
-    def _write_pinned(self, pin: _Pin, address: str, parts: tuple[Any, ...]) -> bool:
+    def _write_pinned(self, pin: _Pin, parts: tuple[Any, ...]) -> bool:
         conn = pin.conn
-        if conn is None:
-            if pin.inbound:  # the connection being answered on broke
-                return False
-            conn = pin.conn = self._take(pin.peer, address, calls=True)
-            if conn is None:
-                return False
+        if conn is None:  # the connection being answered on broke
+            return False
         try:
             _send_parts(conn, parts)
         except OSError as exc:
@@ -756,6 +764,8 @@ class BulkLane:
             links = self._links.get(peer_name)
             if links is None or links.address != address:
                 links = self._links[peer_name] = _PeerLinks(address)
+            if calls and not links.takes_calls:
+                return None
             pool = links.pool(calls)
             while pool.idle:
                 conn = pool.idle.pop()
@@ -768,7 +778,7 @@ class BulkLane:
                 return None
             pool.open += 1
         try:
-            conn = self._connect(address)
+            conn, takes_calls = self._connect(address)
         except (OSError, ValueError) as exc:
             log.warning(
                 "%s: cannot reach the bulk lane of %s at %s (%s); for %.0f s its tensors "
@@ -784,21 +794,29 @@ class BulkLane:
                 links.unreachable_until = time.monotonic() + UNREACHABLE_SECONDS
             return None
         with self._lock:
-            pool.busy.add(conn)
-        return conn
+            if calls and not takes_calls:  # a first-version listener: no calls on its lane
+                links.takes_calls = False
+                pool.open -= 1
+            else:
+                pool.busy.add(conn)
+                return conn
+        conn.close()
+        return None
 
-    def _connect(self, address: str) -> socket.socket:
+    def _connect(self, address: str) -> tuple[socket.socket, bool]:
+        """An authenticated connection to the lane at ``address``, and whether that lane
+        takes calls (not a first-version one)."""
         host, _, port = address.rpartition(":")
         conn = socket.create_connection((host.strip("[]"), int(port)), timeout=HANDSHAKE_SECONDS)
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             hello = _recv_exact(conn, len(MAGIC) + _NONCE_BYTES)
-            if hello is None or not hello.startswith(MAGIC):
+            magic = b"" if hello is None else hello[: len(MAGIC)]
+            if hello is None or magic not in (MAGIC, MAGIC_V1):
                 raise ValueError("the listener is not a gradwire bulk lane")
             name = self._ctx.name.encode()
-            conn.sendall(
-                _NAME_LEN.pack(len(name)) + name + mac(self._token(), hello[len(MAGIC) :], name)
-            )
+            proof = mac(self._token(), hello[len(MAGIC) :], name, magic)
+            conn.sendall(_NAME_LEN.pack(len(name)) + name + proof)
             if _recv_exact(conn, 1) != b"\x01":
                 raise ValueError("the peer refused this worker's cluster token")
             _keepalive(conn)
@@ -806,7 +824,7 @@ class BulkLane:
         except BaseException:
             conn.close()
             raise
-        return conn
+        return conn, magic == MAGIC
 
     def _give_back(self, peer_name: str, conn: socket.socket, calls: bool = False) -> None:
         with self._lock:
