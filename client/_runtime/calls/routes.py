@@ -5,9 +5,10 @@ A call is sent one of three ways, each a :class:`Route`:
 - ``PIPE``: one frame among many in flight on the address's ``CallPipe`` stream, sent in
   batches with the other calls waiting to go and answered in batches, in any order
   (``pipe``); no thread of either side waits for the reply: ``rpc_async``.
-- ``CALL_STREAM``: one frame on one of the address's open ``CallStream`` streams, sent and
-  answered on the calling thread (``streams``); a unary ``Call`` from that thread when every
-  stream is busy: ``rpc_sync``.
+- ``CALL_STREAM``: one frame sent and answered on the calling thread: on the peer's bulk lane
+  when it has one (``Transport.call``, ``BulkLane.exchange``), else on one of the address's
+  open ``CallStream`` streams (``streams``), a unary ``Call`` when every stream is busy:
+  ``rpc_sync``.
 - ``FRAMED_STREAM``: the message in chunks over a ``PythonCall`` stream, answered in chunks: any
   call too large for one frame (``single_frame_bytes``).
 
