@@ -27,7 +27,7 @@ import grpc
 import numpy as np
 import pytest
 from gradwire._runtime import agent as agent_mod
-from gradwire._runtime.transport import bulk_lane
+from gradwire._runtime.transport import bulk_lane, lane_io
 from gradwire._wire import bulk
 from gradwire.distributed import rpc
 from gradwire.distributed.rpc._testing import free_port, run_cluster
@@ -852,18 +852,18 @@ def test_an_idle_connection_is_reused_only_while_open_and_quiet() -> None:
     for how in ("closed", "bytes", "reset"):
         ours, theirs = socket.socketpair()
         with ours:
-            assert bulk_lane._still_open(ours)
+            assert lane_io.still_open(ours)
             if how == "bytes":
                 theirs.sendall(b"x")  # a lane never sends on an idle connection
             elif how == "reset":
                 theirs.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             if how != "bytes":
                 theirs.close()
-            assert not bulk_lane._still_open(ours), how
+            assert not lane_io.still_open(ours), how
             theirs.close()
     closed = socket.socket()
     closed.close()
-    assert not bulk_lane._still_open(closed)
+    assert not lane_io.still_open(closed)
 
 
 def _call_record(frame: bytes) -> bytes:

@@ -35,43 +35,49 @@ listener runs one thread that accepts and one per connection, each blocked in ``
 idle (no CPU); TCP keepalive ends a connection whose sender vanished. Under TLS there is no
 bulk lane (the bytes stay in the encrypted gRPC stream).
 
-Why calls ride it too (issue 19): over gRPC a message costs each side several thread
-hand-offs (gRPC's poller, the stream's thread, the waiting caller), and on a 2-core machine
-each one costs more than the Python it runs. On a lane connection the caller's own thread
-writes the call (its tensors' bytes first, on the same connection, see ``pinned``) and reads
-the answer, and the callee's reader thread, woken by the kernel, serves it where it is: one
-wake-up per side, as a plain socket echo. A caller keeps at most ``CALL_CONNECTIONS_PER_PEER``
-connections for calls to one peer, one call at a time on each; a call finding them all busy,
-or a peer whose lane cannot be reached, goes by gRPC as before.
+Calls on the lane (``lane_calls``): ``BulkLane`` mixes in ``LaneCalls``
+(``transport/lane_calls.py``), which says why; the bytes on the socket are
+``transport/lane_io.py``'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import itertools
 import logging
 import os
 import secrets
-import select
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
 from contextlib import contextmanager
 from typing import Any
 
-import grpc
 import numpy as np
 
 from ..._wire import bulk
-from ..._wire.framing import Frame, byte_view, decode_frame, encode_frame
-from ..calls.streams import StreamFailed
+from ..._wire.framing import byte_view
 from ..cluster.context import WorkerContext
 from ..cluster.events import AgentState, ClusterEvents
-from ..cluster.workers import Peer
+from .lane_calls import LaneCalls, LaneStatus, Pin
+from .lane_io import (
+    CALL,
+    CANCEL,
+    MAGIC,
+    MAGIC_V1,
+    NAME_LEN,
+    NONCE_BYTES,
+    RECORD,
+    STATUS,
+    discard,
+    fill,
+    keepalive,
+    mac,
+    recv_exact,
+    send_parts,
+    still_open,
+)
 from .loop import in_loop_thread
 
 __all__ = [
@@ -79,6 +85,8 @@ __all__ = [
     "LaneStatus",
     "MAGIC",
     "MAGIC_V1",
+    "CALL",
+    "STATUS",
     "HANDSHAKE_SECONDS",
     "CONNECTIONS_PER_PEER",
     "CALL_CONNECTIONS_PER_PEER",
@@ -87,22 +95,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"GWBULK2\0"
-#: The first version's listener: transfers only (its peers' calls go by gRPC).
-MAGIC_V1 = b"GWBULK1\0"
-_NONCE_BYTES = 32
-_NAME_LEN = struct.Struct("<H")
-_TRANSFER = struct.Struct("<QQ")
-#: ``nbytes`` of a transfer header that cancels the transfer of that id (no bytes follow).
-CANCEL = (1 << 64) - 1
-#: The "transfer id" of a record carrying a call's frame (to the listener) or its reply frame
-#: (back to the caller).
-CALL = (1 << 64) - 2
-#: The "transfer id" of a record carrying what would have been a call's gRPC status: ``[u32
-#: code][details, UTF-8]`` (the listener's answer when it could not serve the call).
-STATUS = (1 << 64) - 3
-_CODE = struct.Struct("<I")
-_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 #: Seconds a new connection has to complete its handshake (both sides).
 HANDSHAKE_SECONDS = 5.0
 #: Connections being authenticated at once; more are closed at accept.
@@ -120,101 +112,6 @@ INBOX_LIMIT_BYTES = 4 << 30
 #: A transfer nobody took is dropped after this long (at least; twice the call timeout when
 #: that is longer).
 STALE_SECONDS = 300.0
-_RECV_CHUNK = 1 << 20
-_RDHUP = getattr(select, "POLLRDHUP", 0)
-#: Parts of a write up to this many bytes are joined into one ``sendall``.
-_JOIN_BYTES = 64 << 10
-
-
-def mac(token: str | None, nonce: bytes, name: bytes, magic: bytes = MAGIC) -> bytes:
-    """The handshake's proof that the sender knows the cluster token (over the ``magic`` the
-    listener sent)."""
-    key = (token or "").encode()
-    return hmac.new(key, magic + nonce + name, hashlib.sha256).digest()
-
-
-def _fill(
-    sock: socket.socket,
-    view: memoryview,
-    deadline: float | None = None,
-    progress: Callable[[], None] | None = None,
-    cap: float = float("inf"),
-) -> int:
-    """Read into ``view`` until it is full; the number of bytes read, fewer only when the peer
-    closed the connection first. With a ``deadline`` (``time.monotonic()``), TimeoutError past
-    it however the bytes trickle in (each wait at most ``cap`` seconds); ``progress()`` after
-    each read."""
-    got, n = 0, len(view)
-    while got < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{got} of {n} bytes in the time allowed")
-            sock.settimeout(min(left, cap))
-        k = sock.recv_into(view[got : got + _RECV_CHUNK])
-        if not k:
-            return got
-        got += k
-        if progress is not None:
-            progress()
-    return got
-
-
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes | None:
-    """``n`` bytes, or None when the peer closed the connection before the first one; with a
-    ``deadline`` (``time.monotonic()``), TimeoutError past it however the bytes trickle in."""
-    buf = bytearray(n)
-    got = _fill(sock, memoryview(buf), deadline)
-    if got < n:
-        if got == 0:
-            return None
-        raise ConnectionError(f"connection closed after {got} of {n} bytes")
-    return bytes(buf)
-
-
-def _discard(sock: socket.socket, nbytes: int) -> None:
-    """Read and drop ``nbytes`` (a refused or cancelled transfer; the next one follows)."""
-    scratch = memoryview(bytearray(min(nbytes, _RECV_CHUNK) or 1))
-    while nbytes:
-        k = sock.recv_into(scratch[: min(nbytes, len(scratch))])
-        if not k:
-            raise ConnectionError("connection closed in a dropped transfer")
-        nbytes -= k
-
-
-def _still_open(sock: socket.socket) -> bool:
-    """Whether an idle connection is still usable: the peer neither closed it nor sent on it
-    (a lane sends nothing on an idle connection). One ``poll`` with no wait: readable means
-    closed, reset, or bytes nobody asked for."""
-    try:
-        poller = select.poll()
-        poller.register(sock, select.POLLIN | select.POLLPRI | _RDHUP)
-        return not poller.poll(0)
-    except (OSError, ValueError):  # closed here (fileno -1)
-        return False
-
-
-def _status(code: grpc.StatusCode, details: str) -> tuple[bytes, bytes]:
-    """A STATUS record: what a call's gRPC status would have been."""
-    body = _CODE.pack(code.value[0]) + details.encode("utf-8", "replace")
-    return _TRANSFER.pack(STATUS, len(body)), body
-
-
-def _send_parts(conn: socket.socket, parts: tuple[Any, ...]) -> None:
-    """Write ``parts`` in order; a small message in one segment (headers and frames are
-    joined: with TCP_NODELAY each ``sendall`` would be a packet of its own)."""
-    if len(parts) > 1 and sum(len(p) for p in parts[1:]) <= _JOIN_BYTES:
-        conn.sendall(b"".join(parts))
-        return
-    for part in parts:
-        conn.sendall(part)
-
-
-def _keepalive(sock: socket.socket) -> None:
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
-        if hasattr(socket, name):
-            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
 
 class _Conns:
@@ -244,40 +141,7 @@ class _PeerLinks:
         return self.calls if calls else self.transfers
 
 
-class _Pin:
-    """Where this thread's bulk-lane writes to ``peer`` go for a while (``BulkLane.pinned``; or
-    while the lane's reader serves a call: its connection, ``inbound``)."""
-
-    __slots__ = ("peer", "conn", "inbound")
-
-    def __init__(self, peer: str, conn: socket.socket | None, inbound: bool) -> None:
-        self.peer = peer
-        self.conn = conn
-        self.inbound = inbound
-
-
-class _Sent:
-    """A call written on a lane connection, its answer still to read."""
-
-    __slots__ = ("conn", "pin", "deadline")
-
-    def __init__(self, conn: socket.socket, pin: _Pin | None, deadline: float | None) -> None:
-        self.conn = conn
-        self.pin = pin
-        self.deadline = deadline
-
-
-class LaneStatus(Exception):
-    """What a call served on the lane would have had as its gRPC status: ``serve_call`` raises
-    it, and the caller's ``exchange`` raises it as a StreamFailed of the same code."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code = code
-        self.details = details
-
-
-class BulkLane:
+class BulkLane(LaneCalls):
     """One worker's bulk lane: its listener (with the inbox) and its connections to peers.
 
     Args:
@@ -381,16 +245,16 @@ class BulkLane:
         """The sender's name once it proved it knows the token, else ""."""
         deadline = time.monotonic() + HANDSHAKE_SECONDS  # for the whole handshake
         conn.settimeout(HANDSHAKE_SECONDS)
-        nonce = os.urandom(_NONCE_BYTES)
+        nonce = os.urandom(NONCE_BYTES)
         conn.sendall(MAGIC + nonce)
-        head = _recv_exact(conn, _NAME_LEN.size, deadline)
+        head = recv_exact(conn, NAME_LEN.size, deadline)
         if head is None:
             return ""
-        (n,) = _NAME_LEN.unpack(head)
+        (n,) = NAME_LEN.unpack(head)
         if not 0 < n < 128:
             raise ValueError(f"a worker name of {n} bytes")
-        name = _recv_exact(conn, n, deadline)
-        proof = _recv_exact(conn, 32, deadline)
+        name = recv_exact(conn, n, deadline)
+        proof = recv_exact(conn, 32, deadline)
         if name is None or proof is None:
             return ""
         token = self._token()
@@ -406,7 +270,7 @@ class BulkLane:
         except OSError:
             self.inbox.disconnected(peer)
             raise
-        _keepalive(conn)
+        keepalive(conn)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go back on it
         return peer
 
@@ -415,12 +279,12 @@ class BulkLane:
         while True:
             conn.settimeout(None)  # idle: wait for the next record (keepalive ends dead peers)
             try:
-                head = _recv_exact(conn, _TRANSFER.size)
+                head = recv_exact(conn, RECORD.size)
             except (OSError, ConnectionError):
                 return
             if head is None:
                 return
-            transfer_id, nbytes = _TRANSFER.unpack(head)
+            transfer_id, nbytes = RECORD.unpack(head)
             if transfer_id == CALL:
                 if not self._answer(conn, peer, nbytes):
                     return
@@ -463,9 +327,9 @@ class BulkLane:
         conn.settimeout(bulk.STALL_SECONDS)
         try:
             if buf is None:  # refused (a take says why) or cancelled: read and drop
-                _discard(conn, nbytes)
+                discard(conn, nbytes)
                 return True
-            got = _fill(
+            got = fill(
                 conn,
                 byte_view(buf),
                 deadline,
@@ -482,52 +346,6 @@ class BulkLane:
         inbox.complete(peer, transfer_id)
         return True
 
-    def _answer(self, conn: socket.socket, peer: str, nbytes: int) -> bool:
-        """Serve the call whose record header just came and write its answer; False when the
-        connection cannot be used any more."""
-        if nbytes > self._frame_limit:
-            log.warning(
-                "bulk lane of %s: %s sent a call frame of %d bytes (over %d); connection closed",
-                self._ctx.name,
-                peer,
-                nbytes,
-                self._frame_limit,
-            )
-            return False
-        conn.settimeout(bulk.STALL_SECONDS)
-        try:
-            raw = _recv_exact(conn, nbytes)
-        except (OSError, ConnectionError):
-            return False
-        if raw is None:
-            return False
-        serve = self.serve_call
-        if serve is None:
-            answer = _status(grpc.StatusCode.UNIMPLEMENTED, "this worker serves no calls here")
-        else:
-            prev = getattr(self._local, "pin", None)
-            # The reply's tensors go on this connection, before the reply that names them.
-            self._local.pin = _Pin(peer, conn, inbound=True)
-            try:
-                reply = serve(peer, raw)
-                answer = (_TRANSFER.pack(CALL, len(reply)), reply)
-                bulk.count("calls_served")
-            except LaneStatus as st:
-                answer = _status(st.code, st.details)
-            except Exception as exc:  # noqa: BLE001 - the caller gets it as INTERNAL
-                log.error("bulk lane of %s: serving a call failed: %r", self._ctx.name, exc)
-                answer = _status(grpc.StatusCode.INTERNAL, f"serving the call failed: {exc!r}")
-            finally:
-                pin, self._local.pin = self._local.pin, prev
-            if pin.conn is None:  # a write of the reply's tensors failed: the connection broke
-                return False
-        try:
-            conn.settimeout(bulk.STALL_SECONDS)
-            _send_parts(conn, answer)
-        except OSError:
-            return False
-        return True
-
     # -- the sending side ----------------------------------------------------------------------
 
     def route(self, peer_name: str, nbytes: int) -> bulk.Send | None:
@@ -541,7 +359,7 @@ class BulkLane:
 
     def _send(self, peer_name: str, address: str, arr: np.ndarray) -> int | None:
         transfer_id = next(self._ids) & 0xFFFF_FFFF_FFFF_FFFF
-        parts = (_TRANSFER.pack(transfer_id, arr.nbytes), byte_view(arr))
+        parts = (RECORD.pack(transfer_id, arr.nbytes), byte_view(arr))
         return transfer_id if self._write(peer_name, address, parts) else None
 
     def cancel(self, peer_name: str, transfer_ids: list[int]) -> None:
@@ -549,7 +367,7 @@ class BulkLane:
         any connection; one that cannot be had leaves them to the peer's stale sweep)."""
         peer = self._ctx.peers.by_name.get(peer_name)
         if peer is not None and peer.bulk_address:
-            headers = b"".join(_TRANSFER.pack(i, CANCEL) for i in transfer_ids)
+            headers = b"".join(RECORD.pack(i, CANCEL) for i in transfer_ids)
             self._write(peer_name, peer.bulk_address, (headers,))
 
     def _write(self, peer_name: str, address: str, parts: tuple[Any, ...]) -> bool:
@@ -569,7 +387,7 @@ class BulkLane:
         if conn is None:
             return False
         try:
-            _send_parts(conn, parts)
+            send_parts(conn, parts)
         except OSError as exc:
             log.info("bulk lane to %s: a write failed (%r); the tensors stream", peer_name, exc)
             self._drop(peer_name, conn, calls=False)
@@ -577,12 +395,12 @@ class BulkLane:
         self._give_back(peer_name, conn, calls=False)
         return True
 
-    def _write_pinned(self, pin: _Pin, parts: tuple[Any, ...]) -> bool:
+    def _write_pinned(self, pin: Pin, parts: tuple[Any, ...]) -> bool:
         conn = pin.conn
         if conn is None:  # the connection being answered on broke
             return False
         try:
-            _send_parts(conn, parts)
+            send_parts(conn, parts)
         except OSError as exc:
             log.info("bulk lane to %s: a write failed (%r); the tensors stream", pin.peer, exc)
             pin.conn = None
@@ -598,164 +416,13 @@ class BulkLane:
         reader reads the tensors' bytes before the frame that names them, with no wait for
         another connection's reader. Blocks nest (the innermost one for a peer counts)."""
         prev = getattr(self._local, "pin", None)
-        pin = self._local.pin = _Pin(peer_name, None, False)
+        pin = self._local.pin = Pin(peer_name, None, False)
         try:
             yield
         finally:
             self._local.pin = prev
             if pin.conn is not None:
                 self._give_back(peer_name, pin.conn, calls=True)
-
-    def serves(self, peer: Peer, address: str) -> bool:
-        """Whether a one-frame call to ``peer``'s fast lane at ``address`` may go on the lane:
-        lane calls are on and ``peer`` has a lane and a fast lane (on another host or on this
-        one: a same-host peer's tensors still go through shared memory, only the frames take
-        the lane's loopback connection instead of the fast lane's Unix socket)."""
-        return (
-            self._ctx.options.lane_calls
-            and bool(peer.bulk_address)
-            and address == peer.call_dial
-            and address != peer.dial
-        )
-
-    def exchange(self, peer: Peer, frame: Frame, timeout: float | None) -> Frame | None:
-        """Send the one-frame call ``frame`` to ``peer`` on a lane connection and read its reply
-        on this thread (the tensors of the reply first, into the inbox).
-
-        Returns:
-            The reply frame; None when the call could not be sent (no connection could be
-            had, or it broke before the whole call was written): send it by gRPC.
-
-        Raises:
-            StreamFailed: DEADLINE_EXCEEDED past ``timeout``, UNAVAILABLE when the connection
-                broke, or the status the callee answered with (LaneStatus).
-        """
-        found: _Pin | None = getattr(self._local, "pin", None)
-        pin = found if found is not None and found.peer == peer.name and not found.inbound else None
-        sent = self._send_call(peer, encode_frame(frame), timeout, pin)
-        return None if sent is None else self._answer_of(peer.name, sent)
-
-    def start(
-        self,
-        peer: Peer,
-        encoded: bytes,
-        timeout: float | None,
-        readers: Executor,
-        done: Callable[[Frame | None, grpc.RpcError | None], None],
-    ) -> bool:
-        """Send the encoded one-frame call to ``peer`` on a lane connection from this thread
-        and return at once; a thread of ``readers`` reads the answer and runs ``done(reply
-        frame, None)`` or ``done(None, StreamFailed)``. False when the call could not be sent
-        (send it another way), as ``Streams.start``."""
-        sent = self._send_call(peer, encoded, timeout, None)
-        if sent is None:
-            return False
-
-        def receive() -> None:
-            try:
-                reply = self._answer_of(peer.name, sent)
-            except StreamFailed as exc:
-                done(None, exc)
-                return
-            except Exception as exc:  # noqa: BLE001 - an answer that does not decode
-                done(None, StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply: {exc!r}"))
-                return
-            done(reply, None)
-
-        try:
-            readers.submit(receive)
-        except RuntimeError:  # the readers were shut down: the transport is closing
-            self._failed(peer.name, sent)
-            raise StreamFailed(grpc.StatusCode.UNAVAILABLE, "the transport is closing") from None
-        return True
-
-    def _send_call(
-        self, peer: Peer, raw: bytes, timeout: float | None, pin: _Pin | None
-    ) -> _Sent | None:
-        """Write the call record of ``raw`` on a call connection to ``peer`` (``pin``'s, if
-        any); None when it could not be (nothing of it reached the callee as a call)."""
-        if in_loop_thread():
-            return None
-        name = peer.name
-        conn = pin.conn if pin is not None else None
-        if conn is None:
-            conn = self._take(name, peer.bulk_address, calls=True)
-            if conn is None:
-                return None
-            if pin is not None:
-                pin.conn = conn  # given back when the pin ends
-        sent = _Sent(conn, pin, None if timeout is None else time.monotonic() + timeout)
-        try:
-            conn.settimeout(bulk.STALL_SECONDS if timeout is None else max(timeout, 0.001))
-            _send_parts(conn, (_TRANSFER.pack(CALL, len(raw)), raw))
-        except OSError as exc:
-            # Not all of it was written: the callee reads a cut record and closes, so the call
-            # never runs there and may go another way.
-            log.info(
-                "bulk lane to %s: a call could not be written (%r); it goes by gRPC", name, exc
-            )
-            self._failed(name, sent, connected=False)
-            return None
-        self.inbox.connected(name)  # a take of a transfer read with the answer waits for it
-        return sent
-
-    def _answer_of(self, name: str, sent: _Sent) -> Frame:
-        """The answer of the call ``sent`` to ``name``, read on this thread."""
-        try:
-            reply = self._read_reply(sent.conn, name, sent.deadline)
-        except BaseException as exc:
-            self._failed(name, sent)
-            if isinstance(exc, StreamFailed):
-                raise
-            if isinstance(exc, TimeoutError):
-                raise StreamFailed(
-                    grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded on the bulk lane"
-                ) from exc
-            if isinstance(exc, (OSError, ConnectionError)):
-                raise StreamFailed(
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"the bulk-lane connection to {name!r} broke: {exc!r}",
-                ) from exc
-            raise
-        self.inbox.disconnected(name)
-        if sent.pin is None:
-            self._give_back(name, sent.conn, calls=True)
-        bulk.count("calls")
-        return reply
-
-    def _failed(self, name: str, sent: _Sent, connected: bool = True) -> None:
-        """The call ``sent`` ended without its answer: its connection goes."""
-        if connected:
-            self.inbox.disconnected(name)
-        self._drop(name, sent.conn, calls=True)
-        if sent.pin is not None:
-            sent.pin.conn = None
-
-    def _read_reply(self, conn: socket.socket, peer: str, deadline: float | None) -> Frame:
-        """The answer of the call just sent on ``conn``: its transfers into the inbox, then
-        the reply frame (or the status, raised as StreamFailed)."""
-        while True:
-            if deadline is None:
-                conn.settimeout(None)  # as a stream with no deadline: until the connection ends
-            head = _recv_exact(conn, _TRANSFER.size, deadline)
-            if head is None:
-                raise ConnectionError("the peer closed the connection")
-            record, nbytes = _TRANSFER.unpack(head)
-            if record == CALL or record == STATUS:
-                if nbytes > self._frame_limit:
-                    raise ConnectionError(f"an answer of {nbytes} bytes")
-                body = _recv_exact(conn, nbytes, deadline) if nbytes else b""
-                if body is None:
-                    raise ConnectionError("the peer closed the connection")
-                if record == CALL:
-                    return decode_frame(body)
-                (code,) = _CODE.unpack_from(body)
-                status = _STATUS_CODES.get(code, grpc.StatusCode.UNKNOWN)
-                raise StreamFailed(status, body[_CODE.size :].decode("utf-8", "replace"))
-            if nbytes == CANCEL:
-                self.inbox.cancel(peer, record)
-            elif not self._receive(conn, peer, record, nbytes, deadline):
-                raise ConnectionError("a transfer of the answer failed")
 
     def _take(self, peer_name: str, address: str, calls: bool = False) -> socket.socket | None:
         with self._lock:
@@ -769,7 +436,7 @@ class BulkLane:
             pool = links.pool(calls)
             while pool.idle:
                 conn = pool.idle.pop()
-                if _still_open(conn):
+                if still_open(conn):
                     pool.busy.add(conn)
                     return conn
                 conn.close()  # the peer closed it (it restarted, or refused us): open another
@@ -810,16 +477,16 @@ class BulkLane:
         conn = socket.create_connection((host.strip("[]"), int(port)), timeout=HANDSHAKE_SECONDS)
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            hello = _recv_exact(conn, len(MAGIC) + _NONCE_BYTES)
+            hello = recv_exact(conn, len(MAGIC) + NONCE_BYTES)
             magic = b"" if hello is None else hello[: len(MAGIC)]
             if hello is None or magic not in (MAGIC, MAGIC_V1):
                 raise ValueError("the listener is not a gradwire bulk lane")
             name = self._ctx.name.encode()
             proof = mac(self._token(), hello[len(MAGIC) :], name, magic)
-            conn.sendall(_NAME_LEN.pack(len(name)) + name + proof)
-            if _recv_exact(conn, 1) != b"\x01":
+            conn.sendall(NAME_LEN.pack(len(name)) + name + proof)
+            if recv_exact(conn, 1) != b"\x01":
                 raise ValueError("the peer refused this worker's cluster token")
-            _keepalive(conn)
+            keepalive(conn)
             conn.settimeout(bulk.STALL_SECONDS)
         except BaseException:
             conn.close()

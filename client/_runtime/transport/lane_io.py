@@ -1,0 +1,152 @@
+"""The bulk lane's bytes on the socket (docs/wire.md, "The bulk lane" and "Calls on the
+lane"): the handshake's magic and proof, the record header ``[u64 id][u64 n]`` and its special
+ids (CANCEL, CALL, STATUS), and the socket helpers both ends use. No state: the connections,
+the inbox and the calls live in ``bulk_lane`` and ``lane_calls``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import select
+import socket
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+__all__ = [
+    "MAGIC",
+    "MAGIC_V1",
+    "NONCE_BYTES",
+    "NAME_LEN",
+    "RECORD",
+    "CANCEL",
+    "CALL",
+    "STATUS",
+    "CODE",
+    "STATUS_CODES",
+    "RECV_CHUNK",
+    "mac",
+    "fill",
+    "recv_exact",
+    "discard",
+    "still_open",
+    "status_record",
+    "send_parts",
+    "keepalive",
+]
+
+MAGIC = b"GWBULK2\0"
+#: The first version's listener: transfers only (its peers' calls go by gRPC).
+MAGIC_V1 = b"GWBULK1\0"
+NONCE_BYTES = 32
+NAME_LEN = struct.Struct("<H")
+RECORD = struct.Struct("<QQ")
+#: ``nbytes`` of a transfer header that cancels the transfer of that id (no bytes follow).
+CANCEL = (1 << 64) - 1
+#: The "transfer id" of a record carrying a call's frame (to the listener) or its reply frame
+#: (back to the caller).
+CALL = (1 << 64) - 2
+#: The "transfer id" of a record carrying what would have been a call's gRPC status: ``[u32
+#: code][details, UTF-8]`` (the listener's answer when it could not serve the call).
+STATUS = (1 << 64) - 3
+CODE = struct.Struct("<I")
+STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+RECV_CHUNK = 1 << 20
+_RDHUP = getattr(select, "POLLRDHUP", 0)
+#: Parts of a write up to this many bytes are joined into one ``sendall``.
+_JOIN_BYTES = 64 << 10
+
+
+def mac(token: str | None, nonce: bytes, name: bytes, magic: bytes = MAGIC) -> bytes:
+    """The handshake's proof that the sender knows the cluster token (over the ``magic`` the
+    listener sent)."""
+    key = (token or "").encode()
+    return hmac.new(key, magic + nonce + name, hashlib.sha256).digest()
+
+
+def fill(
+    sock: socket.socket,
+    view: memoryview,
+    deadline: float | None = None,
+    progress: Callable[[], None] | None = None,
+    cap: float = float("inf"),
+) -> int:
+    """Read into ``view`` until it is full; the number of bytes read, fewer only when the peer
+    closed the connection first. With a ``deadline`` (``time.monotonic()``), TimeoutError past
+    it however the bytes trickle in (each wait at most ``cap`` seconds); ``progress()`` after
+    each read."""
+    got, n = 0, len(view)
+    while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{got} of {n} bytes in the time allowed")
+            sock.settimeout(min(left, cap))
+        k = sock.recv_into(view[got : got + RECV_CHUNK])
+        if not k:
+            return got
+        got += k
+        if progress is not None:
+            progress()
+    return got
+
+
+def recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes | None:
+    """``n`` bytes, or None when the peer closed the connection before the first one; with a
+    ``deadline`` (``time.monotonic()``), TimeoutError past it however the bytes trickle in."""
+    buf = bytearray(n)
+    got = fill(sock, memoryview(buf), deadline)
+    if got < n:
+        if got == 0:
+            return None
+        raise ConnectionError(f"connection closed after {got} of {n} bytes")
+    return bytes(buf)
+
+
+def discard(sock: socket.socket, nbytes: int) -> None:
+    """Read and drop ``nbytes`` (a refused or cancelled transfer; the next one follows)."""
+    scratch = memoryview(bytearray(min(nbytes, RECV_CHUNK) or 1))
+    while nbytes:
+        k = sock.recv_into(scratch[: min(nbytes, len(scratch))])
+        if not k:
+            raise ConnectionError("connection closed in a dropped transfer")
+        nbytes -= k
+
+
+def still_open(sock: socket.socket) -> bool:
+    """Whether an idle connection is still usable: the peer neither closed it nor sent on it
+    (a lane sends nothing on an idle connection). One ``poll`` with no wait: readable means
+    closed, reset, or bytes nobody asked for."""
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLPRI | _RDHUP)
+        return not poller.poll(0)
+    except (OSError, ValueError):  # closed here (fileno -1)
+        return False
+
+
+def status_record(code: grpc.StatusCode, details: str) -> tuple[bytes, bytes]:
+    """A STATUS record: what a call's gRPC status would have been."""
+    body = CODE.pack(code.value[0]) + details.encode("utf-8", "replace")
+    return RECORD.pack(STATUS, len(body)), body
+
+
+def send_parts(conn: socket.socket, parts: tuple[Any, ...]) -> None:
+    """Write ``parts`` in order; a small message in one segment (headers and frames are
+    joined: with TCP_NODELAY each ``sendall`` would be a packet of its own)."""
+    if len(parts) > 1 and sum(len(p) for p in parts[1:]) <= _JOIN_BYTES:
+        conn.sendall(b"".join(parts))
+        return
+    for part in parts:
+        conn.sendall(part)
+
+
+def keepalive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 6)):
+        if hasattr(socket, name):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
