@@ -27,6 +27,7 @@ import grpc
 import numpy as np
 import pytest
 from gradwire._runtime import agent as agent_mod
+from gradwire._runtime.calls.streams import StreamFailed
 from gradwire._runtime.transport import bulk_lane, lane_io
 from gradwire._wire import bulk
 from gradwire.distributed import rpc
@@ -838,6 +839,44 @@ def test_a_first_version_lane_gets_transfers_and_no_calls(monkeypatch: pytest.Mo
     finally:
         listener.close()
         lane.drop_peer("old-peer")
+
+
+def test_a_malformed_answer_on_the_lane_fails_the_call_as_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A listener that answers a call with a STATUS record too short for its code: the call
+    fails as UNAVAILABLE (the connection is the peer's fault), not with a struct error."""
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def bad_listener() -> None:
+        with listener:
+            conn, _ = listener.accept()
+            with conn:
+                nonce = os.urandom(32)
+                conn.sendall(bulk_lane.MAGIC + nonce)
+                (n,) = struct.unpack("<H", conn.recv(2, socket.MSG_WAITALL))
+                conn.recv(n + 32, socket.MSG_WAITALL)  # its name and proof
+                conn.sendall(b"\x01")
+                _, size = struct.unpack("<QQ", conn.recv(16, socket.MSG_WAITALL))
+                conn.recv(size, socket.MSG_WAITALL)  # the call
+                conn.sendall(struct.pack("<QQ", bulk_lane.STATUS, 2) + b"\0\0")
+                _until_closed(conn, 10)
+
+    threading.Thread(target=bad_listener, daemon=True).start()
+    bad = dataclasses.replace(
+        agent_mod.current().by_name[PEER],
+        name="bad-peer",
+        bulk_address=f"127.0.0.1:{listener.getsockname()[1]}",
+    )
+    monkeypatch.setitem(agent_mod.current().by_name, "bad-peer", bad)
+    try:
+        with pytest.raises(StreamFailed) as info:
+            lane.exchange(bad, fetch_frame_of_nothing(), timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        lane.drop_peer("bad-peer")
 
 
 def fetch_frame_of_nothing() -> Any:

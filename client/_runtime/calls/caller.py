@@ -9,7 +9,6 @@ control messages are retried with backoff (``send_control``).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import threading
@@ -56,7 +55,6 @@ from .routes import CALL_STREAM, PIPE, choose_route
 __all__ = ["Caller"]
 
 log = logging.getLogger(__name__)
-_NO_PIN = contextlib.nullcontext()
 
 
 class Caller:
@@ -122,7 +120,7 @@ class Caller:
                 "rpc_sync() on gradwire's I/O loop thread would deadlock; use rpc_async()"
             )
         # rpc_sync: the arguments' bulk-lane bytes and the call itself on one lane connection.
-        with self._transport.pinned(peer) if blocking else _NO_PIN:
+        with self._transport.pinned(peer, here=blocking):
             me = self._ctx
             name, bound_self = calls.function_name(fn)
             header = pb.CallHeader(

@@ -222,7 +222,7 @@ class DistAutogradService(hooks.CallHook):
         me = self.me
         peer = me.peers[dst]
         # Sent from this thread: its bulk-lane bytes and the message on one lane connection.
-        with self.transport.pinned(peer) if here else contextlib.nullcontext():
+        with self.transport.pinned(peer, here=here):
             out: Future[Any] = Future()
             head = pb.GradientsHeader(
                 context_id=context_id,

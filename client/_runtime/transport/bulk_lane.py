@@ -76,6 +76,7 @@ from .lane_io import (
     mac,
     recv_exact,
     send_parts,
+    shut,
     still_open,
 )
 from .loop import in_loop_thread
@@ -139,6 +140,10 @@ class _PeerLinks:
 
     def pool(self, calls: bool) -> _Conns:
         return self.calls if calls else self.transfers
+
+    def conns(self) -> list[socket.socket]:
+        """Every connection to the peer, idle or in use."""
+        return [c for pool in (self.transfers, self.calls) for c in (*pool.idle, *pool.busy)]
 
 
 class BulkLane(LaneCalls):
@@ -521,14 +526,10 @@ class BulkLane(LaneCalls):
             links = self._links.pop(peer_name, None)
         if links is None:
             return
-        for pool in (links.transfers, links.calls):
-            for conn in pool.idle + list(pool.busy):
-                try:
-                    conn.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                if conn in pool.idle:
-                    conn.close()
+        for conn in links.conns():
+            shut(conn)  # a thread using one wakes and closes it
+        for conn in (*links.transfers.idle, *links.calls.idle):
+            conn.close()
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -547,17 +548,8 @@ class BulkLane(LaneCalls):
         bulk.uninstall(self.inbox)
         if self._listener is not None:
             self._listener.close()
-        outbound = [
-            c
-            for link in links
-            for pool in (link.transfers, link.calls)
-            for c in pool.idle + list(pool.busy)
-        ]
-        for conn in outbound + conns:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        for conn in [c for link in links for c in link.conns()] + conns:
+            shut(conn)
             conn.close()
         self.inbox.close()
 

@@ -292,7 +292,7 @@ class LaneCalls:
                 raise ConnectionError("the peer closed the connection")
             record, nbytes = RECORD.unpack(head)
             if record == CALL or record == STATUS:
-                if nbytes > self._frame_limit:
+                if nbytes > self._frame_limit or (record == STATUS and nbytes < CODE.size):
                     raise ConnectionError(f"an answer of {nbytes} bytes")
                 body = recv_exact(conn, nbytes, deadline) if nbytes else b""
                 if body is None:

@@ -37,6 +37,7 @@ __all__ = [
     "status_record",
     "send_parts",
     "keepalive",
+    "shut",
 ]
 
 MAGIC = b"GWBULK2\0"
@@ -143,6 +144,14 @@ def send_parts(conn: socket.socket, parts: tuple[Any, ...]) -> None:
         return
     for part in parts:
         conn.sendall(part)
+
+
+def shut(sock: socket.socket) -> None:
+    """Shut both directions of ``sock`` (a thread blocked on it wakes); closed already: nothing."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def keepalive(sock: socket.socket) -> None:

@@ -266,16 +266,17 @@ class Transport:
         #: Threads that wait for the replies of ``stream_call`` (started at its first use).
         self._readers: ThreadPoolExecutor | None = None
         self.metadata: tuple[tuple[str, str], ...] = ()
-        #: The worker's bulk lane, set by the agent: one-frame calls to a peer's fast lane
-        #: over TCP go on it (``call``).
+        #: The worker's bulk lane, set by the agent: one-frame calls to a peer's fast lane go
+        #: on it (``call``, ``stream_call``).
         self.lane: BulkLane | None = None
         self.set_token(options.token, caller_id)
 
-    def pinned(self, peer: Peer) -> AbstractContextManager[Any]:
+    def pinned(self, peer: Peer, here: bool = True) -> AbstractContextManager[Any]:
         """A block whose bulk-lane transfers to ``peer`` and the lane call sent after them take
-        one connection (``BulkLane.pinned``); nothing without a lane."""
+        one connection (``BulkLane.pinned``); nothing without a lane, or when the call is not
+        sent from this thread (not ``here``)."""
         lane = self.lane
-        if lane is None or not lane.serves(peer, peer.call_dial):
+        if not here or lane is None or not lane.serves(peer, peer.call_dial):
             return _NO_PIN
         return lane.pinned(peer.name)
 
