@@ -792,37 +792,54 @@ def test_nested_lane_calls_both_ways_and_many_threads_at_once() -> None:
     assert info["connections_out"][PEER]["call_connections"] <= bulk_lane.CALL_CONNECTIONS_PER_PEER
 
 
-def test_a_first_version_lane_gets_transfers_and_no_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A peer whose listener says ``MAGIC_V1`` (a lane before calls): its calls go by gRPC
-    (exchange gives up at once, nothing hangs), its transfers still go on its lane."""
-    lane = agent_mod.current().bulk_lane
-    assert lane is not None
+def _hand_made_lane(
+    monkeypatch: pytest.MonkeyPatch, name: str, magic: bytes, then: Callable[[socket.socket], None]
+) -> tuple[Any, list[bool], socket.socket]:
+    """A listener speaking the lane's handshake with ``magic`` (it takes the token's proof and
+    records whether it was right), then running ``then(conn)`` on each connection: a peer
+    record named ``name`` (in this worker's table for the test), the proofs seen, and the
+    listening socket (the test closes it)."""
     listener = socket.create_server(("127.0.0.1", 0))
     proofs: list[bool] = []
 
-    def old_listener() -> None:  # the first version's handshake, then reads and keeps quiet
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            nonce = os.urandom(32)
+            conn.sendall(magic + nonce)
+            (n,) = struct.unpack("<H", conn.recv(2, socket.MSG_WAITALL))
+            sender = conn.recv(n, socket.MSG_WAITALL)
+            proof = conn.recv(32, socket.MSG_WAITALL)
+            proofs.append(proof == bulk_lane.mac(TOKEN, nonce, sender, magic))
+            conn.sendall(b"\x01")
+            then(conn)
+
+    def accept() -> None:
         with listener:
             while True:
                 try:
                     conn, _ = listener.accept()
                 except OSError:
                     return
-                nonce = os.urandom(32)
-                conn.sendall(bulk_lane.MAGIC_V1 + nonce)
-                (n,) = struct.unpack("<H", conn.recv(2, socket.MSG_WAITALL))
-                name = conn.recv(n, socket.MSG_WAITALL)
-                proof = conn.recv(32, socket.MSG_WAITALL)
-                proofs.append(proof == bulk_lane.mac(TOKEN, nonce, name, bulk_lane.MAGIC_V1))
-                conn.sendall(b"\x01")
-                threading.Thread(target=lambda c=conn: _until_closed(c, 30), daemon=True).start()
+                threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
-    threading.Thread(target=old_listener, daemon=True).start()
-    old = dataclasses.replace(
+    threading.Thread(target=accept, daemon=True).start()
+    peer = dataclasses.replace(
         agent_mod.current().by_name[PEER],
-        name="old-peer",
+        name=name,
         bulk_address=f"127.0.0.1:{listener.getsockname()[1]}",
     )
-    monkeypatch.setitem(agent_mod.current().by_name, "old-peer", old)
+    monkeypatch.setitem(agent_mod.current().by_name, name, peer)
+    return peer, proofs, listener
+
+
+def test_a_first_version_lane_gets_transfers_and_no_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A peer whose listener says ``MAGIC_V1`` (a lane before calls): its calls go by gRPC
+    (exchange gives up at once, nothing hangs), its transfers still go on its lane."""
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    old, proofs, listener = _hand_made_lane(
+        monkeypatch, "old-peer", bulk_lane.MAGIC_V1, lambda conn: _until_closed(conn, 30)
+    )
     try:
         started = time.monotonic()
         frame = fetch_frame_of_nothing()
@@ -848,34 +865,21 @@ def test_a_malformed_answer_on_the_lane_fails_the_call_as_unavailable(
     fails as UNAVAILABLE (the connection is the peer's fault), not with a struct error."""
     lane = agent_mod.current().bulk_lane
     assert lane is not None
-    listener = socket.create_server(("127.0.0.1", 0))
 
-    def bad_listener() -> None:
-        with listener:
-            conn, _ = listener.accept()
-            with conn:
-                nonce = os.urandom(32)
-                conn.sendall(bulk_lane.MAGIC + nonce)
-                (n,) = struct.unpack("<H", conn.recv(2, socket.MSG_WAITALL))
-                conn.recv(n + 32, socket.MSG_WAITALL)  # its name and proof
-                conn.sendall(b"\x01")
-                _, size = struct.unpack("<QQ", conn.recv(16, socket.MSG_WAITALL))
-                conn.recv(size, socket.MSG_WAITALL)  # the call
-                conn.sendall(struct.pack("<QQ", bulk_lane.STATUS, 2) + b"\0\0")
-                _until_closed(conn, 10)
+    def answer_badly(conn: socket.socket) -> None:
+        _, size = struct.unpack("<QQ", conn.recv(16, socket.MSG_WAITALL))
+        conn.recv(size, socket.MSG_WAITALL)  # the call
+        conn.sendall(struct.pack("<QQ", bulk_lane.STATUS, 2) + b"\0\0")
+        _until_closed(conn, 10)
 
-    threading.Thread(target=bad_listener, daemon=True).start()
-    bad = dataclasses.replace(
-        agent_mod.current().by_name[PEER],
-        name="bad-peer",
-        bulk_address=f"127.0.0.1:{listener.getsockname()[1]}",
-    )
-    monkeypatch.setitem(agent_mod.current().by_name, "bad-peer", bad)
+    bad, proofs, listener = _hand_made_lane(monkeypatch, "bad-peer", bulk_lane.MAGIC, answer_badly)
     try:
         with pytest.raises(StreamFailed) as info:
             lane.exchange(bad, fetch_frame_of_nothing(), timeout=10)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert proofs == [True]
     finally:
+        listener.close()
         lane.drop_peer("bad-peer")
 
 
