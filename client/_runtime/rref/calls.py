@@ -153,8 +153,9 @@ class RRefCalls:
             if single:  # on the call pipe, with rpc_async's calls: no gRPC call of its own
                 answer = PipeAnswer(me, settled, _remote_ack, "a remote() reply")
                 first, streamed[0] = streamed[0], False
+                # The first attempt may leave its answer parked on the lane for to_here().
                 if first and svc.transport.stream_call(
-                    peer.call_dial, encoded, seconds, answer.done, peer
+                    peer.call_dial, encoded, seconds, answer.done, peer, creation.park
                 ):
                     return  # else every stream is busy: the pipe
                 svc.transport.pipe_call(peer.dial, call.message_id, encoded, seconds, answer.done)

@@ -24,6 +24,7 @@ from ...errors import MessageTooLargeError, SerializationError
 from ...futures import Future, blocking_region
 from ..calls import hooks
 from ..calls.callee import Reply
+from ..transport.lane_calls import Parked
 from ..transport.transport import map_rpc_error
 from .errors import UnknownRRefError
 from .outcome import Failure
@@ -56,8 +57,10 @@ class RRefFetch:
 
     # -- to_here(): user -------------------------------------------------------------------
 
-    def fetch(self, handle: RRefHandle, timeout: float | None) -> Any:
-        """The value of the OwnerRRef behind user ``handle``, from its owner.
+    def fetch(self, handle: RRefHandle, timeout: float | None, behind: Parked | None = None) -> Any:
+        """The value of the OwnerRRef behind user ``handle``, from its owner; right behind its
+        RemoteCall on the same bulk-lane connection when that call's answer is ``behind``,
+        parked (this thread then reads the RemoteAck too).
 
         Raises:
             The creation error; RpcTimeoutError; WorkerUnavailableError; SerializationError.
@@ -82,7 +85,9 @@ class RRefFetch:
                 # rpc_sync's; its asyncio server without one): a set plain value is answered
                 # there without a serving slot, however busy the pool is; a large value, or
                 # one still to come, is parked and streamed with FetchReply.
-                frame = svc.transport.call(peer.call_dial, fetch_frame(request), timeout, peer)
+                frame = svc.transport.call(
+                    peer.call_dial, fetch_frame(request), timeout, peer, behind
+                )
                 cont = frame.header.fetch.continuation
                 if not cont:
                     asm.feed(frame)

@@ -7,10 +7,13 @@ import contextlib
 import threading
 import time
 import traceback
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import InvalidFutureStateError, RpcTimeoutError
 from ...futures import Future
+
+if TYPE_CHECKING:
+    from ..transport.lane_calls import Parked
 
 __all__ = ["Failure", "outcome", "Creation"]
 
@@ -59,7 +62,7 @@ class Creation:
         timeout: the remote()'s timeout in seconds (None: none).
     """
 
-    __slots__ = ("future", "what", "timeout", "deadline")
+    __slots__ = ("future", "what", "timeout", "deadline", "parked")
 
     def __init__(self, what: str, timeout: float | None) -> None:
         #: Completed with None (created) or a Failure (the creation error).
@@ -67,6 +70,17 @@ class Creation:
         self.what = what
         self.timeout = timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
+        #: The RemoteCall's answer left parked on its bulk-lane connection (``Parked``), for
+        #: the first to_here() to claim: its fetch goes right behind it (None: none is).
+        self.parked: Parked | None = None
+
+    def park(self, parked: Parked) -> None:
+        self.parked = parked
+
+    def take_parked(self) -> Parked | None:
+        """The parked RemoteCall's answer, once (a later fetch goes its own way)."""
+        parked, self.parked = self.parked, None
+        return parked
 
     def timed_out(self) -> RpcTimeoutError:
         return RpcTimeoutError(

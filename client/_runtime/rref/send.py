@@ -23,6 +23,7 @@ from ..._wire.framing import Frame
 from ...errors import SerializationError
 from ..calls.pool import ServingPool
 from ..cluster.workers import Peer
+from ..transport.lane_calls import delivering
 from ..transport.loop import io_loop
 from ..transport.retry import TRANSIENT
 from ..transport.transport import map_rpc_error
@@ -107,6 +108,9 @@ class RetryingSend:
         self._finish(None, exc)
 
     def _finish(self, response: Any, error: BaseException | None) -> None:
+        if delivering():  # on a thread of the bulk lane's own, not gRPC's: no hand-off
+            self._on_done(response, error)
+            return
         try:
             self._pool.submit(self._on_done, response, error)
         except RuntimeError:  # pool closed: the agent is stopping

@@ -156,6 +156,7 @@ class BulkLane(LaneCalls):
     """
 
     def __init__(self, ctx: WorkerContext, events: ClusterEvents, token: Any) -> None:
+        super().__init__()
         self._ctx = ctx
         self._token = token
         options = ctx.options
@@ -530,6 +531,7 @@ class BulkLane(LaneCalls):
             shut(conn)  # a thread using one wakes and closes it
         for conn in (*links.transfers.idle, *links.calls.idle):
             conn.close()
+        self._fail_parked(peer_name, f"worker {peer_name!r} was lost")
 
     # -- life cycle ----------------------------------------------------------------------------
 
@@ -551,6 +553,7 @@ class BulkLane(LaneCalls):
         for conn in [c for link in links for c in link.conns()] + conns:
             shut(conn)
             conn.close()
+        self._fail_parked(None, "the bulk lane closed")
         self.inbox.close()
 
     def debug_info(self) -> dict[str, Any]:

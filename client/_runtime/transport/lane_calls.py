@@ -11,12 +11,19 @@ wake-up per side, as a plain socket echo. A caller keeps at most ``CALL_CONNECTI
 (``bulk_lane``) connections for calls to one peer, one call at a time on each; a call finding
 them all busy, or a peer whose lane cannot be reached or takes no calls, goes by gRPC.
 
+A remote() may leave its answer *parked* (``start(park=...)``): no reader thread is woken
+for it; the to_here() right behind it writes its fetch on the same connection and reads both
+answers itself (``exchange(behind=...)``), so the owner's one lane thread serves the
+RemoteCall and then the fetch, whose value is set by then. An answer nobody claims within
+``PARK_SECONDS`` is handed to a reader thread by the lane's sweeper.
+
 ``LaneCalls`` is mixed into ``BulkLane``, which owns the sockets; what it needs from it is the
 block of attributes and methods at the top of the class.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import socket
 import threading
@@ -44,9 +51,26 @@ from .lane_io import (
 )
 from .loop import in_loop_thread
 
-__all__ = ["LaneCalls", "LaneStatus", "Pin"]
+__all__ = ["LaneCalls", "LaneStatus", "Parked", "Pin", "PARK_SECONDS", "delivering"]
 
 log = logging.getLogger(__name__)
+
+#: A parked answer nobody claimed after this long is read by a reader thread.
+PARK_SECONDS = 0.002
+#: Parked answers per peer at most; a remote() past it gets a reader thread at once.
+PARKED_PER_PEER = 2
+
+#: ``done(reply frame, None)`` or ``done(None, StreamFailed)``: a started call's outcome.
+Done = Callable[[Frame | None, grpc.RpcError | None], None]
+
+_delivering = threading.local()
+
+
+def delivering() -> bool:
+    """Whether this thread is running a started call's ``done`` with the answer it read on
+    the lane: one of the lane's own threads (a reader, or a caller that read a parked answer
+    before its own), not gRPC's, so the outcome may run right here."""
+    return getattr(_delivering, "on", False)
 
 
 class Pin:
@@ -70,6 +94,43 @@ class _Sent:
         self.conn = conn
         self.pin = pin
         self.deadline = deadline
+
+
+def _run(done: Done, reply: Frame | None, error: StreamFailed | None) -> None:
+    """``done(reply, error)`` with ``delivering()`` true."""
+    _delivering.on = True
+    try:
+        done(reply, error)
+    finally:
+        _delivering.on = False
+
+
+def _earlier(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+class Parked:
+    """A call written on a lane connection whose answer no thread reads yet (``start`` with
+    ``park``). Whoever ``claim``s it first reads the answer and runs ``done``: a call written
+    behind it on the same connection (``exchange(behind=...)``), or a reader thread once it
+    waited ``PARK_SECONDS``."""
+
+    __slots__ = ("peer", "sent", "done", "born", "_claim")
+
+    def __init__(self, peer: str, sent: _Sent, done: Done) -> None:
+        self.peer = peer
+        self.sent = sent
+        self.done = done
+        self.born = time.monotonic()
+        self._claim = threading.Lock()
+
+    def claim(self) -> bool:
+        """True for the first caller only."""
+        return self._claim.acquire(blocking=False)
+
+    @property
+    def claimed(self) -> bool:
+        return self._claim.locked()
 
 
 class LaneStatus(Exception):
@@ -101,6 +162,15 @@ class LaneCalls:
     _drop: Callable[[str, socket.socket, bool], None]
     #: ``_receive(connection, peer, transfer id, nbytes, deadline)``: a transfer into the inbox.
     _receive: Callable[[socket.socket, str, int, int, float | None], bool]
+
+    def __init__(self) -> None:
+        # Parked answers, oldest first, and the sweeper that hands the unclaimed ones over.
+        self._parked: collections.deque[Parked] = collections.deque()
+        self._sweep = threading.Condition(threading.Lock())
+        self._sweeper: threading.Thread | None = None
+        self._sweeper_waits = False
+        self._parking_closed = False
+        self._parked_readers: Executor | None = None
 
     # -- the callee's side --------------------------------------------------------------------
 
@@ -168,9 +238,13 @@ class LaneCalls:
             and address != peer.dial
         )
 
-    def exchange(self, peer: Peer, frame: Frame, timeout: float | None) -> Frame | None:
+    def exchange(
+        self, peer: Peer, frame: Frame, timeout: float | None, behind: Parked | None = None
+    ) -> Frame | None:
         """Send the one-frame call ``frame`` to ``peer`` on a lane connection and read its reply
-        on this thread (the tensors of the reply first, into the inbox).
+        on this thread (the tensors of the reply first, into the inbox). With ``behind`` (a
+        parked answer this thread may claim: to_here()'s remote()), on that call's connection
+        right behind it: its answer is read and handed to its ``done`` first.
 
         Returns:
             The reply frame; None when the call could not be sent (no connection could be
@@ -180,10 +254,35 @@ class LaneCalls:
             StreamFailed: DEADLINE_EXCEEDED past ``timeout``, UNAVAILABLE when the connection
                 broke, or the status the callee answered with (LaneStatus).
         """
+        if behind is not None and behind.peer == peer.name and behind.claim():
+            return self._behind(behind, encode_frame(frame), timeout)
         found: Pin | None = getattr(self._local, "pin", None)
         pin = found if found is not None and found.peer == peer.name and not found.inbound else None
         sent = self._send_call(peer, encode_frame(frame), timeout, pin)
         return None if sent is None else self._answer_of(peer.name, sent)
+
+    def _behind(self, parked: Parked, raw: bytes, timeout: float | None) -> Frame | None:
+        """``exchange`` of ``raw`` behind the claimed ``parked`` call, on its connection."""
+        name, first = parked.peer, parked.sent
+        sent = _Sent(first.conn, None, None if timeout is None else time.monotonic() + timeout)
+        try:
+            first.conn.settimeout(bulk.STALL_SECONDS if timeout is None else max(timeout, 0.001))
+            send_parts(first.conn, (RECORD.pack(CALL, len(raw)), raw))
+        except OSError as exc:  # the connection broke: the parked answer is lost with it
+            self._failed(name, first)
+            parked.done(None, StreamFailed(grpc.StatusCode.UNAVAILABLE, f"lane broke: {exc!r}"))
+            return None  # ours may go another way
+        self.inbox.connected(name)
+        if not self._deliver(
+            name, first, parked.done, _earlier(first.deadline, sent.deadline), True
+        ):
+            self.inbox.disconnected(name)  # the connection went, with our answer
+            if sent.deadline is not None and time.monotonic() >= sent.deadline:
+                raise StreamFailed(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded on the bulk lane"
+                )
+            return None
+        return self._answer_of(name, sent)
 
     def start(
         self,
@@ -191,33 +290,126 @@ class LaneCalls:
         encoded: bytes,
         timeout: float | None,
         readers: Executor,
-        done: Callable[[Frame | None, grpc.RpcError | None], None],
+        done: Done,
+        park: Callable[[Parked], None] | None = None,
     ) -> bool:
         """Send the encoded one-frame call to ``peer`` on a lane connection from this thread
         and return at once; a thread of ``readers`` reads the answer and runs ``done(reply
         frame, None)`` or ``done(None, StreamFailed)``. False when the call could not be sent
-        (send it another way), as ``Streams.start``."""
+        (send it another way), as ``Streams.start``.
+
+        With ``park``, the answer may be parked instead (``Parked``, given to ``park``): the
+        call that claims it reads it, or a reader thread after ``PARK_SECONDS``."""
         sent = self._send_call(peer, encoded, timeout, None)
         if sent is None:
             return False
-
-        def receive() -> None:
-            try:
-                reply = self._answer_of(peer.name, sent)
-            except StreamFailed as exc:
-                done(None, exc)
-                return
-            except Exception as exc:  # noqa: BLE001 - an answer that does not decode
-                done(None, StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply: {exc!r}"))
-                return
-            done(reply, None)
-
+        if park is not None:
+            parked = self._park(peer.name, sent, done, readers)
+            if parked is not None:
+                park(parked)
+                return True
         try:
-            readers.submit(receive)
+            readers.submit(self._deliver, peer.name, sent, done)
         except RuntimeError:  # the readers were shut down: the transport is closing
             self._failed(peer.name, sent)
             raise StreamFailed(grpc.StatusCode.UNAVAILABLE, "the transport is closing") from None
         return True
+
+    def _deliver(
+        self, name: str, sent: _Sent, done: Done, deadline: float | None = None, keep: bool = False
+    ) -> bool:
+        """Read the answer of ``sent`` (by ``deadline`` when given) and run ``done`` with it.
+        True: the connection goes back to the pool (unless pinned, or ``keep``: a call
+        written behind is still to be read on it); False: it broke and was dropped."""
+        try:
+            reply = self._read_answer(name, sent, deadline)
+        except StreamFailed as exc:
+            # A copy without the traceback: ``done`` keeps the error, and the traceback holds
+            # this frame and those above it (a to_here() reading a parked answer, and its
+            # RRef) until the garbage collector runs.
+            _run(done, None, StreamFailed(exc.code(), exc.details()))
+            return False
+        except Exception as exc:  # noqa: BLE001 - an answer that does not decode
+            _run(done, None, StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply: {exc!r}"))
+            return False
+        if not keep and sent.pin is None:
+            self._give_back(name, sent.conn, True)
+        _run(done, reply, None)
+        return True
+
+    # -- parked answers -----------------------------------------------------------------------
+
+    def _park(self, name: str, sent: _Sent, done: Done, readers: Executor) -> Parked | None:
+        """Leave the answer of ``sent`` for a claimant; None when too many wait already."""
+        with self._sweep:
+            if self._parking_closed:
+                return None
+            waiting = sum(1 for p in self._parked if p.peer == name and not p.claimed)
+            if waiting >= PARKED_PER_PEER:
+                return None
+            parked = Parked(name, sent, done)
+            self._parked.append(parked)
+            self._parked_readers = readers
+            if self._sweeper is None:
+                self._sweeper = threading.Thread(
+                    target=self._sweep_parked, name="gradwire-lane-sweeper", daemon=True
+                )
+                self._sweeper.start()
+            elif self._sweeper_waits:
+                self._sweep.notify()
+        return parked
+
+    def _sweep_parked(self) -> None:
+        """The sweeper: every ``PARK_SECONDS`` while answers are parked, hand those parked
+        that long to a reader thread; asleep while none is."""
+        while True:
+            with self._sweep:
+                while not self._parked and not self._parking_closed:
+                    self._sweeper_waits = True
+                    self._sweep.wait()
+                    self._sweeper_waits = False
+                if self._parking_closed:
+                    return
+            time.sleep(PARK_SECONDS)
+            self._hand_over_due()
+
+    def _hand_over_due(self) -> None:
+        # (A method of its own: the parked answers handed over are not kept in the sweeper's
+        # locals while it sleeps; an answer's error holds the frames that were waiting for it.)
+        due: list[Parked] = []
+        with self._sweep:
+            now = time.monotonic()
+            while self._parked and now - self._parked[0].born >= PARK_SECONDS:
+                due.append(self._parked.popleft())
+            readers = self._parked_readers
+        for parked in due:
+            if parked.claim():
+                self._hand_over(parked, readers)
+
+    def _hand_over(self, parked: Parked, readers: Executor | None) -> None:
+        """A reader thread reads the claimed ``parked`` answer (it fails when none can)."""
+        try:
+            if readers is None:
+                raise RuntimeError("no readers")
+            readers.submit(self._deliver, parked.peer, parked.sent, parked.done)
+        except RuntimeError:  # the readers were shut down: the transport is closing
+            self._failed(parked.peer, parked.sent)
+            parked.done(None, StreamFailed(grpc.StatusCode.UNAVAILABLE, "the transport is closing"))
+
+    def _fail_parked(self, peer: str | None, why: str) -> None:
+        """Fail the unclaimed parked answers (of ``peer``, or all of them and park no more:
+        the lane closes); their connections are shut already."""
+        with self._sweep:
+            if peer is None:
+                self._parking_closed = True
+                self._sweep.notify()
+            mine = [p for p in self._parked if peer is None or p.peer == peer]
+            for parked in mine:
+                self._parked.remove(parked)
+        for parked in mine:
+            if parked.claim():
+                self._failed(parked.peer, parked.sent)
+                parked.done(None, StreamFailed(grpc.StatusCode.UNAVAILABLE, why))
 
     def _send_call(
         self, peer: Peer, raw: bytes, timeout: float | None, pin: Pin | None
@@ -250,9 +442,20 @@ class LaneCalls:
         return sent
 
     def _answer_of(self, name: str, sent: _Sent) -> Frame:
-        """The answer of the call ``sent`` to ``name``, read on this thread."""
+        """The answer of the call ``sent`` to ``name``, read on this thread; its connection
+        back to the pool unless pinned."""
+        reply = self._read_answer(name, sent)
+        if sent.pin is None:
+            self._give_back(name, sent.conn, True)
+        return reply
+
+    def _read_answer(self, name: str, sent: _Sent, deadline: float | None = None) -> Frame:
+        """The answer of the call ``sent`` to ``name`` (by its deadline, or ``deadline``
+        when given), read on this thread; the connection is dropped if it fails."""
         try:
-            reply = self._read_reply(sent.conn, name, sent.deadline)
+            reply = self._read_reply(
+                sent.conn, name, sent.deadline if deadline is None else deadline
+            )
         except BaseException as exc:
             self._failed(name, sent)
             if isinstance(exc, StreamFailed):
@@ -268,8 +471,6 @@ class LaneCalls:
                 ) from exc
             raise
         self.inbox.disconnected(name)
-        if sent.pin is None:
-            self._give_back(name, sent.conn, True)
         bulk.count("calls")
         return reply
 

@@ -44,6 +44,7 @@ from ..calls.streams import StreamFailed, Streams, Watchdog
 from ..cluster.options import GrpcRpcBackendOptions, read_pem
 from ..cluster.workers import Peer
 from .bulk_lane import BulkLane
+from .lane_calls import Parked
 from .loop import in_loop_thread
 
 __all__ = [
@@ -355,15 +356,21 @@ class Transport:
         return stubs
 
     def call(
-        self, address: str, frame: Frame, timeout: float | None, peer: Peer | None = None
+        self,
+        address: str,
+        frame: Frame,
+        timeout: float | None,
+        peer: Peer | None = None,
+        behind: Parked | None = None,
     ) -> Frame:
         """Blocking single-frame call (raises grpc.RpcError): on ``peer``'s bulk lane when it
-        serves the call (``BulkLane.serves``: its fast lane over TCP), else over one of the
+        serves the call (``BulkLane.serves``: its fast lane over TCP; right behind the parked
+        call ``behind`` on its connection, when this thread claims it), else over one of the
         address's call streams, or a unary call when they are all busy (see
         ``calls.streams``)."""
         lane = self.lane
         if lane is not None and peer is not None and lane.serves(peer, address):
-            reply = lane.exchange(peer, frame, timeout)
+            reply = lane.exchange(peer, frame, timeout, behind)
             if reply is not None:
                 return reply
         stubs = self._get(address)
@@ -379,11 +386,13 @@ class Transport:
         timeout: float | None,
         done: Callable[[Frame | None, grpc.RpcError | None], None],
         peer: Peer | None = None,
+        park: Callable[[Parked], None] | None = None,
     ) -> bool:
         """Start a single-frame call on ``peer``'s bulk lane when it serves the call (as
         ``call``), else on one of the address's call streams, sent from this thread; a reader
         thread waits for its reply and runs ``done(reply frame, None)`` or ``done(None, grpc
-        error)``. False when no stream is free (send it on the pipe)."""
+        error)``. False when no stream is free (send it on the pipe). With ``park``, a call
+        on the lane may leave its answer parked for a call behind it (``BulkLane.start``)."""
         readers = self._readers
         if readers is None:
             with self._lock:
@@ -396,7 +405,7 @@ class Transport:
                 readers = self._readers
         lane = self.lane
         if lane is not None and peer is not None and lane.serves(peer, address):
-            if lane.start(peer, encoded, timeout, readers, done):
+            if lane.start(peer, encoded, timeout, readers, done, park):
                 return True
         return self._get(address).streams.start(encoded, timeout, readers, done)
 

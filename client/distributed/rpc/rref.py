@@ -284,9 +284,10 @@ class RRef(Generic[T]):
             return svc.fetch.fetch(self._handle, seconds)
         # Still being created, within the creation's deadline: fetch at once (the owner answers
         # when the value is set, or with the creation error) under to_here()'s own timeout, as
-        # PyTorch does: remote()'s timeout fails a use that comes after it expired.
+        # PyTorch does: remote()'s timeout fails a use that comes after it expired. Right
+        # behind the RemoteCall on its lane connection when its answer is still parked there.
         try:
-            return svc.fetch.fetch(self._handle, seconds)
+            return svc.fetch.fetch(self._handle, seconds, creation.take_parked())
         except BaseException:
             creation.check()  # the creation error (or timeout) explains the failure best
             raise
