@@ -727,6 +727,55 @@ def test_remote_to_here_the_delete_and_gradients_go_on_the_lane() -> None:
     assert _grew(mine, _counts(), "calls")[0] >= 2
 
 
+def test_to_here_right_after_remote_goes_behind_it_and_reads_both_answers() -> None:
+    mine, theirs = _counts(), _counts(PEER)
+    rref = rpc.remote(PEER, make_source, (MiB // 8, 2.0))
+    assert np.all(rref.to_here() == 2.0)
+    # This thread read the RemoteCall's parked answer, then the fetch's, on one connection:
+    # both counted before to_here() returned, no reader thread involved.
+    grew = _grew(mine, _counts(), "parked", "behind", "calls", "handed_over")
+    assert grew == [1, 1, 3, 0]  # calls: the RemoteCall, the fetch, and _counts() itself
+    assert rref.confirmed_by_owner()
+    # The owner served both (and the first _counts(), counted once it was served).
+    assert _grew(theirs, _counts(PEER), "calls_served")[0] == 3
+    del rref
+
+
+def test_a_parked_answer_nobody_claims_is_read_by_a_reader_thread() -> None:
+    before = _counts()
+    rref = rpc.remote(PEER, sleep_then, (0.0, "kept"))
+    assert until(rref.confirmed_by_owner, 10)  # nobody fetched: the sweeper handed it over
+    assert _grew(before, _counts(), "parked", "handed_over", "behind") == [1, 1, 0]
+    assert rref.to_here() == "kept"  # a fetch of its own
+    assert _grew(before, _counts(), "behind") == [0]
+
+
+def test_to_here_timing_out_behind_a_slow_remote_fails_and_the_remote_still_completes() -> None:
+    before = _counts()
+    rref = rpc.remote(PEER, sleep_then, (1.5, "late"), timeout=0)
+    started = time.monotonic()
+    with pytest.raises(gw.errors.RpcTimeoutError):
+        rref.to_here(timeout=0.3)
+    assert time.monotonic() - started < 1.2
+    # Its connection went with the RemoteCall's answer; the RemoteCall is asked again by
+    # gRPC, and the owner answers it once the function returns.
+    assert rref.to_here(timeout=10) == "late"
+    assert until(rref.confirmed_by_owner, 10)
+    assert _grew(before, _counts(), "behind") == [1]
+    assert rpc.rpc_sync(PEER, echo, ("still serving",)) == "still serving"
+
+
+def test_a_parked_answer_whose_connection_is_shut_fails_over_to_a_retry() -> None:
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    before = _counts()
+    rref = rpc.remote(PEER, sleep_then, (1.0, "retried"), timeout=0)
+    assert _grew(before, _counts(), "parked") == [1]
+    lane.drop_peer(PEER)  # what losing the peer does to its connections
+    assert rref.to_here(timeout=10) == "retried"
+    assert until(rref.confirmed_by_owner, 10)
+
+
 def test_a_remote_exception_keeps_its_type_and_the_lane_keeps_serving() -> None:
     before = _lane_calls()
     with pytest.raises(LaneCallError, match="on purpose"):

@@ -264,6 +264,7 @@ class LaneCalls:
     def _behind(self, parked: Parked, raw: bytes, timeout: float | None) -> Frame | None:
         """``exchange`` of ``raw`` behind the claimed ``parked`` call, on its connection."""
         name, first = parked.peer, parked.sent
+        bulk.count("behind")
         sent = _Sent(first.conn, None, None if timeout is None else time.monotonic() + timeout)
         try:
             first.conn.settimeout(bulk.STALL_SECONDS if timeout is None else max(timeout, 0.001))
@@ -349,6 +350,7 @@ class LaneCalls:
                 return None
             parked = Parked(name, sent, done)
             self._parked.append(parked)
+            bulk.count("parked")
             self._parked_readers = readers
             if self._sweeper is None:
                 self._sweeper = threading.Thread(
@@ -388,6 +390,7 @@ class LaneCalls:
 
     def _hand_over(self, parked: Parked, readers: Executor | None) -> None:
         """A reader thread reads the claimed ``parked`` answer (it fails when none can)."""
+        bulk.count("handed_over")
         try:
             if readers is None:
                 raise RuntimeError("no readers")
