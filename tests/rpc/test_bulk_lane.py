@@ -10,6 +10,7 @@ lane too) and "nobulk" (rank 2, ``bulk_transfer=False``). The TLS test runs its 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import multiprocessing as mp
 import os
 import select
@@ -690,7 +691,16 @@ def _lane_calls(worker: str = MAIN) -> list[int]:
     return [c.get("calls", 0), c.get("calls_served", 0)]
 
 
+def _no_parked() -> None:
+    """Wait until the RRefs dropped so far were released and no answer waits parked here
+    (the sweeper hands them over within milliseconds)."""
+    gc.collect()
+    assert agent_mod.current().rref.flush_releases(10)
+    assert until(lambda: (lane_info() or {}).get("parked") == 0, 10)
+
+
 def test_rpc_sync_goes_on_the_lane_its_tensor_before_its_frame_on_one_connection() -> None:
+    _no_parked()  # (else a call may read a parked delete's answer too: one more call)
     x = np.random.rand(MiB // 8)
     mine, theirs = _counts(), _counts(PEER)
     _assert_same(rpc.rpc_sync(PEER, echo, (x,)), x)
@@ -710,14 +720,15 @@ def test_rpc_sync_goes_on_the_lane_its_tensor_before_its_frame_on_one_connection
 
 
 def test_remote_to_here_the_delete_and_gradients_go_on_the_lane() -> None:
+    _no_parked()
     before = _counts()
     rref = rpc.remote(PEER, make_source, (MiB // 8, 4.0))
     assert np.all(rref.to_here() == 4.0)
-    # The RemoteCall (counted by the reader thread that takes its answer, maybe a moment
-    # after the fetch returned) and the fetch.
-    assert until(lambda: _grew(before, _counts(), "calls") == [2], 10)
+    # The RemoteCall (its answer read by to_here(), right behind it) and the fetch.
+    assert _grew(before, _counts(), "calls") == [2]
     before = _counts()
-    del rref  # its RRefDelete goes on the lane too (in the background)
+    del rref  # its RRefDelete goes on the lane too (in the background; its answer parked
+    # until the sweeper hands it to a reader)
     assert until(lambda: _grew(before, _counts(), "calls") == [1], 10)
     rng = np.random.default_rng(5)
     x, w = rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
@@ -728,6 +739,7 @@ def test_remote_to_here_the_delete_and_gradients_go_on_the_lane() -> None:
 
 
 def test_to_here_right_after_remote_goes_behind_it_and_reads_both_answers() -> None:
+    _no_parked()
     mine, theirs = _counts(), _counts(PEER)
     rref = rpc.remote(PEER, make_source, (MiB // 8, 2.0))
     assert np.all(rref.to_here() == 2.0)
@@ -742,6 +754,7 @@ def test_to_here_right_after_remote_goes_behind_it_and_reads_both_answers() -> N
 
 
 def test_a_parked_answer_nobody_claims_is_read_by_a_reader_thread() -> None:
+    _no_parked()
     before = _counts()
     rref = rpc.remote(PEER, sleep_then, (0.0, "kept"))
     assert until(rref.confirmed_by_owner, 10)  # nobody fetched: the sweeper handed it over
@@ -751,6 +764,7 @@ def test_a_parked_answer_nobody_claims_is_read_by_a_reader_thread() -> None:
 
 
 def test_to_here_timing_out_behind_a_slow_remote_fails_and_the_remote_still_completes() -> None:
+    _no_parked()
     before = _counts()
     rref = rpc.remote(PEER, sleep_then, (1.5, "late"), timeout=0)
     started = time.monotonic()
@@ -768,6 +782,7 @@ def test_to_here_timing_out_behind_a_slow_remote_fails_and_the_remote_still_comp
 def test_a_parked_answer_whose_connection_is_shut_fails_over_to_a_retry() -> None:
     lane = agent_mod.current().bulk_lane
     assert lane is not None
+    _no_parked()
     before = _counts()
     rref = rpc.remote(PEER, sleep_then, (1.0, "retried"), timeout=0)
     assert _grew(before, _counts(), "parked") == [1]
@@ -777,6 +792,7 @@ def test_a_parked_answer_whose_connection_is_shut_fails_over_to_a_retry() -> Non
 
 
 def test_a_remote_exception_keeps_its_type_and_the_lane_keeps_serving() -> None:
+    _no_parked()
     before = _lane_calls()
     with pytest.raises(LaneCallError, match="on purpose"):
         rpc.rpc_sync(PEER, fail_with, ("on purpose",))

@@ -180,8 +180,11 @@ class RRefService:
             answer = PipeAnswer(
                 self.ctx, settled, lambda r: response_cls.FromString(r.control_response), method
             )
+            # A delete is answered at once: on the lane, its answer may wait for the next call
+            # to the destination, which goes right behind it and reads it (no reader thread).
+            quick = isinstance(msg, RRefDelete)
             if peer.call_dial != peer.dial and self.transport.stream_call(
-                peer.call_dial, encoded, seconds, answer.done, peer
+                peer.call_dial, encoded, seconds, answer.done, peer, quick=quick
             ):
                 return
             self.transport.pipe_call(peer.dial, message_id, encoded, seconds, answer.done)

@@ -574,5 +574,6 @@ class BulkLane(LaneCalls):
                 "inbox": self.inbox.info(),
                 "connections_out": links,
                 "connections_in": inbound,
+                "parked": self.parked_count(),
             }
         }

@@ -11,11 +11,15 @@ wake-up per side, as a plain socket echo. A caller keeps at most ``CALL_CONNECTI
 (``bulk_lane``) connections for calls to one peer, one call at a time on each; a call finding
 them all busy, or a peer whose lane cannot be reached or takes no calls, goes by gRPC.
 
-A remote() may leave its answer *parked* (``start(park=...)``): no reader thread is woken
-for it; the to_here() right behind it writes its fetch on the same connection and reads both
-answers itself (``exchange(behind=...)``), so the owner's one lane thread serves the
-RemoteCall and then the fetch, whose value is set by then. An answer nobody claims within
-``PARK_SECONDS`` is handed to a reader thread by the lane's sweeper.
+A remote() and an RRef delete may leave their answers *parked* (``start`` with ``park`` or
+``quick``): no reader thread is woken for them. The next call on the connection goes right
+behind and its thread reads the parked answers before its own (``_Sent.ahead``): the
+to_here() after its remote() claims that remote()'s connection (``exchange(behind=...)``),
+so the owner's one lane thread serves the RemoteCall and then the fetch, whose value is set
+by then; any call may go behind parked answers that are all *quick* (answered at once by
+the owner: deletes), so a remote() right after the previous RRef's delete writes behind it.
+Answers nobody claims within ``PARK_SECONDS`` are handed to a reader thread by the lane's
+sweeper.
 
 ``LaneCalls`` is mixed into ``BulkLane``, which owns the sockets; what it needs from it is the
 block of attributes and methods at the top of the class.
@@ -57,8 +61,10 @@ log = logging.getLogger(__name__)
 
 #: A parked answer nobody claimed after this long is read by a reader thread.
 PARK_SECONDS = 0.002
-#: Parked answers per peer at most; a remote() past it gets a reader thread at once.
+#: Connections with parked answers per peer at most; a call past it gets a reader thread.
 PARKED_PER_PEER = 2
+#: Calls whose answers wait on one connection at most (a chain of quick ones and one more).
+CHAIN_LIMIT = 8
 
 #: ``done(reply frame, None)`` or ``done(None, StreamFailed)``: a started call's outcome.
 Done = Callable[[Frame | None, grpc.RpcError | None], None]
@@ -86,14 +92,27 @@ class Pin:
 
 
 class _Sent:
-    """A call written on a lane connection, its answer still to read."""
+    """A call written on a lane connection, its answer still to read: after the answers of
+    the parked calls it went behind (``ahead``, in order, with their ``done``)."""
 
-    __slots__ = ("conn", "pin", "deadline")
+    __slots__ = ("conn", "pin", "deadline", "ahead")
 
-    def __init__(self, conn: socket.socket, pin: Pin | None, deadline: float | None) -> None:
+    def __init__(
+        self,
+        conn: socket.socket,
+        pin: Pin | None,
+        deadline: float | None,
+        ahead: tuple[tuple[_Sent, Done], ...] = (),
+    ) -> None:
         self.conn = conn
         self.pin = pin
         self.deadline = deadline
+        self.ahead = ahead
+
+
+class _AheadFailed(StreamFailed):
+    """The connection broke while the answers ahead of a call were read: the call's own
+    answer is lost with it (whether it ran is unknown; a fetch may ask again)."""
 
 
 def _run(done: Done, reply: Frame | None, error: StreamFailed | None) -> None:
@@ -110,19 +129,31 @@ def _earlier(a: float | None, b: float | None) -> float | None:
 
 
 class Parked:
-    """A call written on a lane connection whose answer no thread reads yet (``start`` with
-    ``park``). Whoever ``claim``s it first reads the answer and runs ``done``: a call written
-    behind it on the same connection (``exchange(behind=...)``), or a reader thread once it
-    waited ``PARK_SECONDS``."""
+    """A call written on a lane connection whose answer no thread reads yet (and those it
+    went behind: ``sent.ahead``). Whoever ``claim``s it first reads the answers and runs
+    their ``done``: a call written behind it on the same connection, or a reader thread once
+    it waited ``PARK_SECONDS``. ``quick``: every answer comes at once (the owner runs no
+    user function for it), so any call may go behind it."""
 
-    __slots__ = ("peer", "sent", "done", "born", "_claim")
+    __slots__ = ("peer", "sent", "done", "quick", "born", "_claim")
 
-    def __init__(self, peer: str, sent: _Sent, done: Done) -> None:
+    def __init__(self, peer: str, sent: _Sent, done: Done, quick: bool) -> None:
         self.peer = peer
         self.sent = sent
         self.done = done
+        self.quick = quick
         self.born = time.monotonic()
         self._claim = threading.Lock()
+
+    def chain(self) -> tuple[tuple[_Sent, Done], ...]:
+        """Every call waiting on the connection, in order."""
+        return (*self.sent.ahead, (self.sent, self.done))
+
+    def take_chain(self) -> tuple[tuple[_Sent, Done], ...]:
+        """``chain()``, for a call going behind it: each answer is read once, in order, by
+        that call's reader (the last one no longer reads those ahead of it)."""
+        chain, self.sent.ahead = self.chain(), ()
+        return chain
 
     def claim(self) -> bool:
         """True for the first caller only."""
@@ -254,36 +285,21 @@ class LaneCalls:
             StreamFailed: DEADLINE_EXCEEDED past ``timeout``, UNAVAILABLE when the connection
                 broke, or the status the callee answered with (LaneStatus).
         """
-        if behind is not None and behind.peer == peer.name and behind.claim():
-            return self._behind(behind, encode_frame(frame), timeout)
+        if behind is not None and (behind.peer != peer.name or not behind.claim()):
+            behind = None
         found: Pin | None = getattr(self._local, "pin", None)
         pin = found if found is not None and found.peer == peer.name and not found.inbound else None
-        sent = self._send_call(peer, encode_frame(frame), timeout, pin)
-        return None if sent is None else self._answer_of(peer.name, sent)
-
-    def _behind(self, parked: Parked, raw: bytes, timeout: float | None) -> Frame | None:
-        """``exchange`` of ``raw`` behind the claimed ``parked`` call, on its connection."""
-        name, first = parked.peer, parked.sent
-        bulk.count("behind")
-        sent = _Sent(first.conn, None, None if timeout is None else time.monotonic() + timeout)
+        sent = self._send_call(peer, encode_frame(frame), timeout, pin, behind)
+        if sent is None:
+            return None
         try:
-            first.conn.settimeout(bulk.STALL_SECONDS if timeout is None else max(timeout, 0.001))
-            send_parts(first.conn, (RECORD.pack(CALL, len(raw)), raw))
-        except OSError as exc:  # the connection broke: the parked answer is lost with it
-            self._failed(name, first)
-            parked.done(None, StreamFailed(grpc.StatusCode.UNAVAILABLE, f"lane broke: {exc!r}"))
-            return None  # ours may go another way
-        self.inbox.connected(name)
-        if not self._deliver(
-            name, first, parked.done, _earlier(first.deadline, sent.deadline), True
-        ):
-            self.inbox.disconnected(name)  # the connection went, with our answer
+            return self._answer_of(peer.name, sent)
+        except _AheadFailed:
             if sent.deadline is not None and time.monotonic() >= sent.deadline:
                 raise StreamFailed(
                     grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded on the bulk lane"
-                )
-            return None
-        return self._answer_of(name, sent)
+                ) from None
+            return None  # the connection broke before ours was answered: another way
 
     def start(
         self,
@@ -293,21 +309,24 @@ class LaneCalls:
         readers: Executor,
         done: Done,
         park: Callable[[Parked], None] | None = None,
+        quick: bool = False,
     ) -> bool:
         """Send the encoded one-frame call to ``peer`` on a lane connection from this thread
         and return at once; a thread of ``readers`` reads the answer and runs ``done(reply
         frame, None)`` or ``done(None, StreamFailed)``. False when the call could not be sent
         (send it another way), as ``Streams.start``.
 
-        With ``park``, the answer may be parked instead (``Parked``, given to ``park``): the
-        call that claims it reads it, or a reader thread after ``PARK_SECONDS``."""
+        With ``park``, or for a ``quick`` call (its answer comes at once: an RRef delete),
+        the answer may be parked instead (``Parked``, given to ``park``): the call that
+        claims it reads it, or a reader thread after ``PARK_SECONDS``."""
         sent = self._send_call(peer, encoded, timeout, None)
         if sent is None:
             return False
-        if park is not None:
-            parked = self._park(peer.name, sent, done, readers)
+        if park is not None or quick:
+            parked = self._park(peer.name, sent, done, readers, quick)
             if parked is not None:
-                park(parked)
+                if park is not None:
+                    park(parked)
                 return True
         try:
             readers.submit(self._deliver, peer.name, sent, done)
@@ -340,15 +359,18 @@ class LaneCalls:
 
     # -- parked answers -----------------------------------------------------------------------
 
-    def _park(self, name: str, sent: _Sent, done: Done, readers: Executor) -> Parked | None:
-        """Leave the answer of ``sent`` for a claimant; None when too many wait already."""
+    def _park(
+        self, name: str, sent: _Sent, done: Done, readers: Executor, quick: bool
+    ) -> Parked | None:
+        """Leave the answer of ``sent`` (after those ahead of it: quick ones, ``_unpark``)
+        for a claimant; None when too many wait already."""
         with self._sweep:
             if self._parking_closed:
                 return None
             waiting = sum(1 for p in self._parked if p.peer == name and not p.claimed)
             if waiting >= PARKED_PER_PEER:
                 return None
-            parked = Parked(name, sent, done)
+            parked = Parked(name, sent, done, quick)
             self._parked.append(parked)
             bulk.count("parked")
             self._parked_readers = readers
@@ -360,6 +382,11 @@ class LaneCalls:
             elif self._sweeper_waits:
                 self._sweep.notify()
         return parked
+
+    def parked_count(self) -> int:
+        """Calls whose answers wait parked, unclaimed."""
+        with self._sweep:
+            return sum(len(p.sent.ahead) + 1 for p in self._parked if not p.claimed)
 
     def _sweep_parked(self) -> None:
         """The sweeper: every ``PARK_SECONDS`` while answers are parked, hand those parked
@@ -384,6 +411,7 @@ class LaneCalls:
             while self._parked and now - self._parked[0].born >= PARK_SECONDS:
                 due.append(self._parked.popleft())
             readers = self._parked_readers
+            self._parked = collections.deque(p for p in self._parked if not p.claimed)
         for parked in due:
             if parked.claim():
                 self._hand_over(parked, readers)
@@ -396,8 +424,30 @@ class LaneCalls:
                 raise RuntimeError("no readers")
             readers.submit(self._deliver, parked.peer, parked.sent, parked.done)
         except RuntimeError:  # the readers were shut down: the transport is closing
-            self._failed(parked.peer, parked.sent)
-            parked.done(None, StreamFailed(grpc.StatusCode.UNAVAILABLE, "the transport is closing"))
+            self._fail_chain(parked.peer, parked.take_chain(), "the transport is closing")
+
+    def _fail_chain(self, name: str, chain: tuple[tuple[_Sent, Done], ...], why: str) -> None:
+        """The calls of ``chain`` (on one connection) will not be answered: it goes."""
+        *ahead, (last, done) = chain
+        for _, earlier in ahead:
+            self.inbox.disconnected(name)
+            _run(earlier, None, StreamFailed(grpc.StatusCode.UNAVAILABLE, why))
+        self._failed(name, last)
+        _run(done, None, StreamFailed(grpc.StatusCode.UNAVAILABLE, why))
+
+    def _unpark(self, name: str) -> Parked | None:
+        """Claim the newest quick parked chain to ``name`` with room for one more call."""
+        with self._sweep:
+            for parked in reversed(self._parked):
+                if (
+                    parked.peer == name
+                    and parked.quick
+                    and len(parked.sent.ahead) + 1 < CHAIN_LIMIT
+                    and parked.claim()
+                ):
+                    self._parked.remove(parked)
+                    return parked
+        return None
 
     def _fail_parked(self, peer: str | None, why: str) -> None:
         """Fail the unclaimed parked answers (of ``peer``, or all of them and park no more:
@@ -411,25 +461,44 @@ class LaneCalls:
                 self._parked.remove(parked)
         for parked in mine:
             if parked.claim():
-                self._failed(parked.peer, parked.sent)
-                parked.done(None, StreamFailed(grpc.StatusCode.UNAVAILABLE, why))
+                self._fail_chain(parked.peer, parked.take_chain(), why)
 
     def _send_call(
-        self, peer: Peer, raw: bytes, timeout: float | None, pin: Pin | None
+        self,
+        peer: Peer,
+        raw: bytes,
+        timeout: float | None,
+        pin: Pin | None,
+        behind: Parked | None = None,
     ) -> _Sent | None:
-        """Write the call record of ``raw`` on a call connection to ``peer`` (``pin``'s, if
-        any); None when it could not be (nothing of it reached the callee as a call)."""
+        """Write the call record of ``raw`` on a call connection to ``peer``: ``pin``'s if it
+        has one, else right behind the claimed ``behind`` or a quick parked chain, else an
+        idle or new one. None when it could not be (nothing of it reached the callee as a
+        call; the calls it went behind then fail, as their connection goes)."""
         if in_loop_thread():
+            if behind is not None:
+                self._hand_over(behind, self._parked_readers)
             return None
         name = peer.name
         conn = pin.conn if pin is not None else None
+        if conn is not None and behind is not None:  # (not for a pinned call: put it back)
+            self._hand_over(behind, self._parked_readers)
+            behind = None
         if conn is None:
-            conn = self._take(name, peer.bulk_address, True)  # True: for calls
-            if conn is None:
-                return None
+            if behind is None:
+                behind = self._unpark(name)
+            if behind is not None:
+                conn = behind.sent.conn
+                bulk.count("behind")
+            else:
+                conn = self._take(name, peer.bulk_address, True)  # True: for calls
+                if conn is None:
+                    return None
             if pin is not None:
                 pin.conn = conn  # given back when the pin ends
-        sent = _Sent(conn, pin, None if timeout is None else time.monotonic() + timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ahead = behind.take_chain() if behind is not None else ()
+        sent = _Sent(conn, pin, deadline, ahead)
         try:
             conn.settimeout(bulk.STALL_SECONDS if timeout is None else max(timeout, 0.001))
             send_parts(conn, (RECORD.pack(CALL, len(raw)), raw))
@@ -439,7 +508,12 @@ class LaneCalls:
             log.info(
                 "bulk lane to %s: a call could not be written (%r); it goes by gRPC", name, exc
             )
-            self._failed(name, sent, connected=False)
+            if ahead:
+                self._fail_chain(name, ahead, f"the bulk-lane connection to {name!r} broke")
+                if pin is not None:
+                    pin.conn = None
+            else:
+                self._failed(name, sent, connected=False)
             return None
         self.inbox.connected(name)  # a take of a transfer read with the answer waits for it
         return sent
@@ -454,11 +528,29 @@ class LaneCalls:
 
     def _read_answer(self, name: str, sent: _Sent, deadline: float | None = None) -> Frame:
         """The answer of the call ``sent`` to ``name`` (by its deadline, or ``deadline``
-        when given), read on this thread; the connection is dropped if it fails."""
+        when given), read on this thread after the answers ahead of it (each handed to its
+        ``done``); the connection is dropped if it fails.
+
+        Raises:
+            _AheadFailed: the connection broke while an answer ahead was read.
+            StreamFailed: as ``exchange``.
+        """
+        until = sent.deadline if deadline is None else deadline
+        ahead, sent.ahead = sent.ahead, ()
+        for i, (prev, done) in enumerate(ahead):
+            if not self._deliver(name, prev, done, _earlier(prev.deadline, until), keep=True):
+                for _, later in ahead[i + 1 :]:
+                    self.inbox.disconnected(name)
+                    _run(later, None, StreamFailed(grpc.StatusCode.UNAVAILABLE, "lane broke"))
+                self.inbox.disconnected(name)  # ours (the connection went with prev's failure)
+                if sent.pin is not None:
+                    sent.pin.conn = None
+                raise _AheadFailed(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the bulk-lane connection to {name!r} broke before this call's answer",
+                )
         try:
-            reply = self._read_reply(
-                sent.conn, name, sent.deadline if deadline is None else deadline
-            )
+            reply = self._read_reply(sent.conn, name, until)
         except BaseException as exc:
             self._failed(name, sent)
             if isinstance(exc, StreamFailed):

@@ -387,12 +387,14 @@ class Transport:
         done: Callable[[Frame | None, grpc.RpcError | None], None],
         peer: Peer | None = None,
         park: Callable[[Parked], None] | None = None,
+        quick: bool = False,
     ) -> bool:
         """Start a single-frame call on ``peer``'s bulk lane when it serves the call (as
         ``call``), else on one of the address's call streams, sent from this thread; a reader
         thread waits for its reply and runs ``done(reply frame, None)`` or ``done(None, grpc
-        error)``. False when no stream is free (send it on the pipe). With ``park``, a call
-        on the lane may leave its answer parked for a call behind it (``BulkLane.start``)."""
+        error)``. False when no stream is free (send it on the pipe). With ``park`` (or for a
+        ``quick`` call, answered at once: an RRef delete), a call on the lane may leave its
+        answer parked for a call behind it (``BulkLane.start``)."""
         readers = self._readers
         if readers is None:
             with self._lock:
@@ -405,7 +407,7 @@ class Transport:
                 readers = self._readers
         lane = self.lane
         if lane is not None and peer is not None and lane.serves(peer, address):
-            if lane.start(peer, encoded, timeout, readers, done, park):
+            if lane.start(peer, encoded, timeout, readers, done, park, quick):
                 return True
         return self._get(address).streams.start(encoded, timeout, readers, done)
 
