@@ -30,6 +30,7 @@ import pytest
 from gradwire._runtime import agent as agent_mod
 from gradwire._runtime.calls.streams import StreamFailed
 from gradwire._runtime.transport import bulk_lane, lane_io
+from gradwire._runtime.transport import lane_calls as bulk_lane_calls
 from gradwire._wire import bulk
 from gradwire.distributed import rpc
 from gradwire.distributed.rpc._testing import free_port, run_cluster
@@ -138,6 +139,10 @@ def sleep_then(seconds: float, value: Any) -> Any:
 
 def kept_equals(key: str, value: float) -> bool:
     return bool(np.all(np.asarray(_kept[key]) == value))
+
+
+def owner_rrefs() -> int:
+    return int(agent_mod.current().debug_info()["num_owner_rrefs"])
 
 
 def make_source(n: int, value: float) -> np.ndarray:
@@ -777,6 +782,36 @@ def test_to_here_timing_out_behind_a_slow_remote_fails_and_the_remote_still_comp
     assert until(rref.confirmed_by_owner, 10)
     assert _grew(before, _counts(), "behind") == [1]
     assert rpc.rpc_sync(PEER, echo, ("still serving",)) == "still serving"
+
+
+def test_a_delete_waits_parked_for_the_next_call_which_reads_its_answer_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _no_parked()
+    rref = rpc.remote(PEER, sleep_then, (0.0, "dropped"))
+    assert rref.to_here() == "dropped"
+    monkeypatch.setattr(bulk_lane_calls, "PARK_SECONDS", 30.0)  # the sweeper leaves it be
+    before = _counts()
+    del rref
+    assert agent_mod.current().rref.flush_releases(10)  # the delete was written, parked
+    assert (lane_info() or {}).get("parked") == 1
+    assert rpc.rpc_sync(PEER, echo, ("next",)) == "next"
+    # The rpc_sync went behind the delete and read its answer first: both counted here.
+    assert _grew(before, _counts(), "parked", "behind", "calls", "handed_over") == [1, 1, 2, 0]
+    assert (lane_info() or {}).get("parked") == 0
+
+
+def test_a_burst_of_deletes_in_chains_all_reach_the_owner() -> None:
+    _no_parked()
+    base = rpc.rpc_sync(PEER, owner_rrefs)
+    held = [rpc.remote(PEER, sleep_then, (0.0, i)) for i in range(3 * bulk_lane_calls.CHAIN_LIMIT)]
+    assert [r.to_here() for r in held] == list(range(3 * bulk_lane_calls.CHAIN_LIMIT))
+    assert rpc.rpc_sync(PEER, owner_rrefs) == base + len(held)
+    before = _counts()
+    del held  # deletes in a burst: chains of quick calls, some behind others
+    assert until(lambda: rpc.rpc_sync(PEER, owner_rrefs) == base, 10)
+    assert _grew(before, _counts(), "behind")[0] >= 1
+    _no_parked()
 
 
 def test_a_parked_answer_whose_connection_is_shut_fails_over_to_a_retry() -> None:
