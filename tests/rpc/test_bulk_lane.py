@@ -702,6 +702,13 @@ def _no_parked() -> None:
     gc.collect()
     assert agent_mod.current().rref.flush_releases(10)
     assert until(lambda: (lane_info() or {}).get("parked") == 0, 10)
+    # and the answers handed over were read (by reader threads, counted when read)
+    def settled() -> bool:
+        now = counters().get("calls", 0)
+        time.sleep(0.05)
+        return counters().get("calls", 0) == now
+
+    assert until(settled, 10)
 
 
 def test_rpc_sync_goes_on_the_lane_its_tensor_before_its_frame_on_one_connection() -> None:
