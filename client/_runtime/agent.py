@@ -279,9 +279,7 @@ class Agent:
         self.rref.fetch = RRefFetch(self.rref)
         self.caller = Caller(ctx, self.transport, self.pool, events, self.rref.abandon_payload)
         self.callee = Callee(ctx, self.pool, self.rref, self._serving)
-        self.autograd = DistAutogradService(
-            ctx, self.transport, self.pool, control, self.caller.send_control
-        )
+        self.autograd = DistAutogradService(ctx, self.transport, self.pool, control, events.is_lost)
         self.liveness = Liveness(ctx, self.transport, events, control)
         self.shm_routes = ShmRoutes(ctx, events)
         self.transport.fallback_of = self._fast_lane_fallback

@@ -702,6 +702,7 @@ def _no_parked() -> None:
     gc.collect()
     assert agent_mod.current().rref.flush_releases(10)
     assert until(lambda: (lane_info() or {}).get("parked") == 0, 10)
+
     # and the answers handed over were read (by reader threads, counted when read)
     def settled() -> bool:
         now = counters().get("calls", 0)

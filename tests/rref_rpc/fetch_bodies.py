@@ -174,16 +174,16 @@ def slow_remote_retries_on_the_pipe(rank: int, world_size: int) -> dict[str, Any
     if rank != 0:
         return {}
     from gradwire._runtime import agent as _agent
-    from gradwire._runtime.rref import send
+    from gradwire._runtime.transport import resend as send
 
     send.ATTEMPT_SECONDS = 0.4  # the function below takes 1.5 s: about three retries
     transport = _agent.current().transport
     routes: list[str] = []
     real_stream, real_pipe = transport.stream_call, transport.pipe_call
 
-    def stream_call(*args: Any) -> bool:
+    def stream_call(*args: Any, **kwargs: Any) -> bool:
         routes.append("stream")
-        return real_stream(*args)
+        return real_stream(*args, **kwargs)
 
     def pipe_call(*args: Any) -> None:
         routes.append("pipe")

@@ -22,6 +22,7 @@ live originators are released by their ``with context()`` exit.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +42,7 @@ from ..calls import hooks
 from ..calls.pool import ServingPool
 from ..cluster.context import WorkerContext
 from ..cluster.events import ControlEvents
+from ..transport.resend import RetryingSend, start_control
 from ..transport.transport import Transport, map_rpc_error
 from .engine import (
     ContextError,
@@ -82,7 +84,7 @@ class DistAutogradService(hooks.CallHook):
         transport: sends the gradients.
         pool: where gradients are sent from and releases run.
         control: the WatchControl events (ReleaseContext sent and received).
-        send_control: sends a control message with retries (``Caller.send_control``).
+        is_lost: whether the failure detector declared a worker (by id) lost.
     """
 
     #: Its receive, scope and reply hooks return at once for a call with no autograd context.
@@ -94,13 +96,14 @@ class DistAutogradService(hooks.CallHook):
         transport: Transport,
         pool: ServingPool,
         control: ControlEvents,
-        send_control: Callable[..., Any],
+        is_lost: Callable[[int], bool],
     ) -> None:
         self.me = me
         self.transport = transport
         self.pool = pool
         self._control = control
-        self._send_control = send_control
+        self._is_lost = is_lost
+        self._ids = itertools.count(3 << 40)  # control message ids (the RRef service: 1 << 40)
         opts = me.options
         # Released context ids are remembered at least as long as a call can be in flight.
         in_flight = 2 * opts.rpc_timeout if opts.rpc_timeout > 0 else _NO_DEADLINE_MEMORY
@@ -297,33 +300,49 @@ class DistAutogradService(hooks.CallHook):
         return self.me.device_maps.gradients(peer, was_reply)
 
     def release_context(self, dst: int, context_id: int) -> Future[Any]:
+        """Tell worker ``dst`` to drop the context: a control frame sent from this thread
+        (on its bulk lane, where the answer may wait parked for the next call to ``dst``, e.g.
+        the next step's forward call), retried until the rpc_timeout."""
         me = self.me
         out: Future[Any] = Future()
-        request = pb.ReleaseContextRequest(context_id=context_id, sender_id=me.rank)
+        peer = me.peers[dst]
+        body = pb.ReleaseContextRequest(
+            context_id=context_id, sender_id=me.rank
+        ).SerializeToString()
 
-        def run() -> None:
-            try:
-                self._send_control(
-                    me.peers[dst],
-                    "ReleaseContext",
-                    request,
-                    pb.Ack,
-                    me.options.rpc_timeout or 60.0,
-                )
+        def start(seconds: float, settled: Callable[[Any], None]) -> None:
+            start_control(
+                self.transport,
+                me,
+                peer,
+                next(self._ids),
+                "ReleaseContext",
+                body,
+                pb.Ack,
+                seconds,
+                settled,
+                quick=True,  # answered at once (``_on_release``)
+            )
+
+        def done(_: Any, error: BaseException | None) -> None:
+            if error is None:
                 out.set_result(None)
-            except BaseException as exc:  # noqa: BLE001 - delivered to the future
-                out.set_exception(exc)
+            else:
+                out.set_exception(error)
 
         self._control.emit(
             pb.ControlEvent(
                 kind="ReleaseContext",
                 direction="sent",
-                peer=me.peers[dst].name,
+                peer=peer.name,
                 time=time.time(),
                 context_id=context_id,
             )
         )
-        self.pool.submit(run)
+        deadline = time.monotonic() + (me.options.rpc_timeout or 60.0)
+        RetryingSend(
+            self.pool, self._is_lost, peer, "ReleaseContext", start, deadline, done
+        ).start()
         return out
 
     # -- served methods ------------------------------------------------------------------------

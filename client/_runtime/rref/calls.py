@@ -33,11 +33,11 @@ from ...futures import Future
 from ..calls import hooks
 from ..calls.callee import ASYNC_EXECUTION_ATTR, not_a_future
 from ..cluster.workers import Peer
+from ..transport.resend import PipeAnswer, RetryingSend
 from .errors import RRefProtocolError
 from .messages import RemoteAck
 from .outcome import Creation, Failure
 from .protocol import RRefHandle
-from .send import PipeAnswer, RetryingSend
 from .service import RRefService
 from .value import ValueSlot
 from .wire import from_gid, to_gid

@@ -33,19 +33,18 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..._proto import worker_pb2 as pb
-from ..._wire.framing import Frame, encode_frame
 from ..._wire.pickler import EncodeContext
 from ...errors import InvalidFutureStateError, RRefLeakError, WorkerUnavailableError
 from ...futures import Future
 from ..calls.pool import ServingPool
 from ..cluster.context import WorkerContext
 from ..cluster.events import ClusterEvents, ControlEvents
+from ..transport.resend import RetryingSend, start_control
 from ..transport.transport import Transport
 from .errors import RRefProtocolError
 from .ids import GloballyUniqueId
 from .messages import ChildAck, ControlMessage, ForkAccepted, ForkRequest, RRefDelete, RRefForkData
 from .protocol import RRefHandle, RRefProtocol
-from .send import PipeAnswer, RetryingSend
 from .shutdown import check_leaks, drain, fork_tree
 from .wire import REQUESTS, from_gid, request_of, to_gid
 
@@ -167,27 +166,23 @@ class RRefService:
         request = request_of(msg)
 
         body = request.SerializeToString()
+        # A delete is answered at once: on the lane, its answer may wait for the next call to
+        # the destination, which goes right behind it and reads it (no reader thread).
+        quick = isinstance(msg, RRefDelete)
 
         def start(seconds: float, settled: Callable[[Any], None]) -> None:
-            # A frame on a call stream of the destination's fast lane (sent from this thread,
-            # answered at once there), else on its call pipe: a gRPC future of its own would
-            # start grpcio's "channel spin" thread whenever that channel has no other call in
-            # flight (one thread per delete in a remote()/to_here() loop).
-            peer = peers[msg.dest]
-            message_id = self.next_message_id()
-            control = pb.ControlRequest(message_id=message_id, method=method, request=body)
-            encoded = encode_frame(Frame(pb.FrameHeader(control=control, last=True), ()))
-            answer = PipeAnswer(
-                self.ctx, settled, lambda r: response_cls.FromString(r.control_response), method
+            start_control(
+                self.transport,
+                self.ctx,
+                peers[msg.dest],
+                self.next_message_id(),
+                method,
+                body,
+                response_cls,
+                seconds,
+                settled,
+                quick,
             )
-            # A delete is answered at once: on the lane, its answer may wait for the next call
-            # to the destination, which goes right behind it and reads it (no reader thread).
-            quick = isinstance(msg, RRefDelete)
-            if peer.call_dial != peer.dial and self.transport.stream_call(
-                peer.call_dial, encoded, seconds, answer.done, peer, quick=quick
-            ):
-                return
-            self.transport.pipe_call(peer.dial, message_id, encoded, seconds, answer.done)
 
         def done(reply: Any, error: BaseException | None) -> None:
             try:

@@ -19,16 +19,16 @@ import grpc
 
 from ..._proto import worker_pb2 as pb
 from ..._wire.exceptions import decode_exception
-from ..._wire.framing import Frame
+from ..._wire.framing import Frame, encode_frame
 from ...errors import SerializationError
 from ..calls.pool import ServingPool
 from ..cluster.workers import Peer
-from ..transport.lane_calls import delivering
-from ..transport.loop import io_loop
-from ..transport.retry import TRANSIENT
-from ..transport.transport import map_rpc_error
+from .lane_calls import delivering
+from .loop import io_loop
+from .retry import TRANSIENT
+from .transport import Transport, map_rpc_error
 
-__all__ = ["RetryingSend", "PipeAnswer", "ATTEMPT_SECONDS"]
+__all__ = ["RetryingSend", "PipeAnswer", "ATTEMPT_SECONDS", "start_control"]
 
 #: Upper bound of one attempt (a RemoteCall retry re-asks for the ack of a call still running).
 ATTEMPT_SECONDS = 10.0
@@ -164,3 +164,30 @@ class PipeAnswer:
 
     def result(self) -> Any:
         return self._answer
+
+
+def start_control(
+    transport: Transport,
+    me: Any,
+    peer: Peer,
+    message_id: int,
+    method: str,
+    request: bytes,
+    response_cls: Any,
+    seconds: float,
+    settled: Callable[[Any], None],
+    quick: bool = False,
+) -> None:
+    """One attempt of the control message ``method`` (its serialized ``request``) to ``peer``,
+    as a frame sent from this thread: on its bulk lane or a call stream of its fast lane
+    (``quick``: its answer comes at once, so on the lane it may wait parked for the next call
+    to ``peer``), else on its call pipe. A gRPC future of its own would start grpcio's
+    "channel spin" thread whenever that channel has no other call in flight."""
+    control = pb.ControlRequest(message_id=message_id, method=method, request=request)
+    encoded = encode_frame(Frame(pb.FrameHeader(control=control, last=True), ()))
+    answer = PipeAnswer(me, settled, lambda r: response_cls.FromString(r.control_response), method)
+    if peer.call_dial != peer.dial and transport.stream_call(
+        peer.call_dial, encoded, seconds, answer.done, peer, quick=quick
+    ):
+        return
+    transport.pipe_call(peer.dial, message_id, encoded, seconds, answer.done)
