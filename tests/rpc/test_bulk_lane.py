@@ -822,6 +822,29 @@ def test_a_burst_of_deletes_in_chains_all_reach_the_owner() -> None:
     _no_parked()
 
 
+def _cpu_ns(thread: threading.Thread) -> int:
+    """CPU time the kernel counted for ``thread`` (``/proc/self/task/<tid>/schedstat``)."""
+    with open(f"/proc/self/task/{thread.native_id}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux's /proc")
+def test_after_a_burst_of_remotes_and_deletes_the_sweeper_and_the_releaser_go_quiet() -> None:
+    # The sweeper ticks while answers are parked and the release thread while RRefs keep
+    # being released; both must stop once they stop coming.
+    for i in range(200):
+        assert rpc.remote(PEER, sleep_then, (0.0, i)).to_here() == i
+    _no_parked()
+    time.sleep(0.3)
+    names = ("gradwire-lane-sweeper", f"gradwire-{MAIN}-rref-release")
+    quiet = [t for t in threading.enumerate() if t.name in names]
+    assert sorted(t.name for t in quiet) == sorted(names)
+    before = [_cpu_ns(t) for t in quiet]
+    time.sleep(1.0)
+    used = [_cpu_ns(t) - b for t, b in zip(quiet, before)]
+    assert max(used) < 1_000_000, used  # a thread waking every 2 ms uses ~7 ms a second
+
+
 def test_a_parked_answer_whose_connection_is_shut_fails_over_to_a_retry() -> None:
     lane = agent_mod.current().bulk_lane
     assert lane is not None

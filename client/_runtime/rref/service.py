@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 FaultHook = Callable[[str, str], None]
 #: Control messages in flight to one destination at once (the others wait in its outbox).
 IN_FLIGHT_PER_PEER = 64
+#: While RRefs keep being released, the release thread looks for more this often (seconds)...
+RELEASE_TICK = 0.002
+#: ...until none came for this long; then a release wakes it.
+RELEASE_LINGER = 0.05
 
 
 class RRefService:
@@ -450,19 +454,38 @@ class RRefService:
         return done.wait(timeout)
 
     def _release_loop(self) -> None:
+        # The first release of a burst wakes this thread; while releases keep coming it looks
+        # for them every RELEASE_TICK instead (a finalizer's put then wakes no thread: in a
+        # remote()/to_here() loop that was a wake-up and a GIL hand-off per RRef), and after
+        # RELEASE_LINGER without one it waits to be woken again.
         while True:
-            item = self._releases.get()
-            if item is None:
+            if not self._release(self._releases.get()):
                 return
-            if isinstance(item, threading.Event):
-                item.set()
-                continue
-            if self.closed:
-                continue
+            quiet = 0.0
+            while quiet < RELEASE_LINGER:
+                time.sleep(RELEASE_TICK)
+                quiet += RELEASE_TICK
+                while True:
+                    try:
+                        item = self._releases.get_nowait()
+                    except queue.Empty:
+                        break
+                    quiet = 0.0
+                    if not self._release(item):
+                        return
+
+    def _release(self, item: Any) -> bool:
+        """Process one item of the release queue; False: the thread ends."""
+        if item is None:
+            return False
+        if isinstance(item, threading.Event):
+            item.set()
+        elif not self.closed:
             try:
                 self.send(self.protocol.release(item))
             except Exception:
                 log.exception("releasing RRef %s failed", item)
+        return True
 
     # -- shutdown ------------------------------------------------------------------------------
 
