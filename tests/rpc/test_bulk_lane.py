@@ -1014,6 +1014,89 @@ def test_a_malformed_answer_on_the_lane_fails_the_call_as_unavailable(
         lane.drop_peer("bad-peer")
 
 
+def _read_call(conn: socket.socket) -> bytes:
+    record, size = struct.unpack("<QQ", conn.recv(16, socket.MSG_WAITALL))
+    assert record == bulk_lane.CALL
+    return conn.recv(size, socket.MSG_WAITALL)
+
+
+def test_a_status_answer_leaves_its_connection_for_the_next_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+
+    def status_then_echo(conn: socket.socket) -> None:
+        _read_call(conn)
+        details = b"try later"
+        body = struct.pack("<I", grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]) + details
+        conn.sendall(struct.pack("<QQ", bulk_lane.STATUS, len(body)) + body)
+        raw = _read_call(conn)  # the next call, on this same connection
+        conn.sendall(struct.pack("<QQ", bulk_lane.CALL, len(raw)) + raw)
+        _until_closed(conn, 10)
+
+    fake, proofs, listener = _hand_made_lane(
+        monkeypatch, "busy-peer", bulk_lane.MAGIC, status_then_echo
+    )
+    try:
+        frame = fetch_frame_of_nothing()
+        with pytest.raises(StreamFailed) as info:
+            lane.exchange(fake, frame, timeout=10)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert info.value.details() == "try later"
+        reply = lane.exchange(fake, frame, timeout=10)
+        assert reply is not None and reply.header == frame.header
+        assert proofs == [True]  # one connection for both
+    finally:
+        listener.close()
+        lane.drop_peer("busy-peer")
+
+
+def test_a_call_behind_parked_answers_is_not_sent_twice_when_their_connection_breaks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delete's answer waits parked; an rpc_sync goes behind it; the connection breaks
+    before either answer: the call fails as UNAVAILABLE (it may have run: it must not be
+    sent again by gRPC), and the parked call's ``done`` hears UNAVAILABLE too."""
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    calls_seen: list[int] = []
+
+    def read_two_then_break(conn: socket.socket) -> None:
+        _read_call(conn)
+        _read_call(conn)
+        calls_seen.append(2)
+        conn.shutdown(socket.SHUT_RDWR)
+
+    fake, proofs, listener = _hand_made_lane(
+        monkeypatch, "breaking-peer", bulk_lane.MAGIC, read_two_then_break
+    )
+    monkeypatch.setattr(bulk_lane_calls, "PARK_SECONDS", 30.0)  # the sweeper leaves it be
+    outcomes: list[Any] = []
+    try:
+        frame = fetch_frame_of_nothing()
+        encoded = framing_encode(frame)
+        with ThreadPoolExecutor(1) as readers:
+            assert lane.start(
+                fake, encoded, 10, readers, lambda r, e: outcomes.append(e), quick=True
+            )
+            assert (lane_info() or {}).get("parked") == 1
+            with pytest.raises(StreamFailed) as info:
+                lane.exchange(fake, frame, timeout=10)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert calls_seen == [2] and proofs == [True]  # both on one connection
+        assert len(outcomes) == 1 and outcomes[0].code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        listener.close()
+        lane.drop_peer("breaking-peer")
+
+
+def framing_encode(frame: Any) -> bytes:
+    from gradwire._wire import framing
+
+    return framing.encode_frame(frame)
+
+
 def fetch_frame_of_nothing() -> Any:
     from gradwire._proto import worker_pb2 as pb
     from gradwire._wire import framing

@@ -115,6 +115,10 @@ class _AheadFailed(StreamFailed):
     answer is lost with it (whether it ran is unknown; a fetch may ask again)."""
 
 
+class _StatusAnswer(StreamFailed):
+    """A STATUS record answered the call: it failed, and the connection is fine."""
+
+
 def _run(done: Done, reply: Frame | None, error: StreamFailed | None) -> None:
     """``done(reply, error)`` with ``delivering()`` true."""
     _delivering.on = True
@@ -279,7 +283,9 @@ class LaneCalls:
 
         Returns:
             The reply frame; None when the call could not be sent (no connection could be
-            had, or it broke before the whole call was written): send it by gRPC.
+            had, or it broke before the whole call was written): send it by gRPC. (Behind a
+            ``behind`` call, which only an idempotent fetch names, also when the connection
+            broke before its answer.)
 
         Raises:
             StreamFailed: DEADLINE_EXCEEDED past ``timeout``, UNAVAILABLE when the connection
@@ -287,6 +293,7 @@ class LaneCalls:
         """
         if behind is not None and (behind.peer != peer.name or not behind.claim()):
             behind = None
+        may_resend = behind is not None
         found: Pin | None = getattr(self._local, "pin", None)
         pin = found if found is not None and found.peer == peer.name and not found.inbound else None
         sent = self._send_call(peer, encode_frame(frame), timeout, pin, behind)
@@ -294,12 +301,15 @@ class LaneCalls:
             return None
         try:
             return self._answer_of(peer.name, sent)
-        except _AheadFailed:
+        except _AheadFailed as exc:
             if sent.deadline is not None and time.monotonic() >= sent.deadline:
                 raise StreamFailed(
                     grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded on the bulk lane"
                 ) from None
-            return None  # the connection broke before ours was answered: another way
+            if may_resend:
+                return None  # a fetch: asking again by gRPC is harmless
+            # Any other call may have run: as when a connection breaks under a call alone.
+            raise StreamFailed(exc.code(), exc.details()) from None
 
     def start(
         self,
@@ -343,6 +353,11 @@ class LaneCalls:
         written behind is still to be read on it); False: it broke and was dropped."""
         try:
             reply = self._read_answer(name, sent, deadline)
+        except _StatusAnswer as exc:  # an answer all the same: the connection is fine
+            if not keep and sent.pin is None:
+                self._give_back(name, sent.conn, True)
+            _run(done, None, StreamFailed(exc.code(), exc.details()))
+            return True
         except StreamFailed as exc:
             # A copy without the traceback: ``done`` keeps the error, and the traceback holds
             # this frame and those above it (a to_here() reading a parked answer, and its
@@ -520,8 +535,13 @@ class LaneCalls:
 
     def _answer_of(self, name: str, sent: _Sent) -> Frame:
         """The answer of the call ``sent`` to ``name``, read on this thread; its connection
-        back to the pool unless pinned."""
-        reply = self._read_answer(name, sent)
+        back to the pool unless pinned (also after a status answer, which raises)."""
+        try:
+            reply = self._read_answer(name, sent)
+        except _StatusAnswer:
+            if sent.pin is None:
+                self._give_back(name, sent.conn, True)
+            raise
         if sent.pin is None:
             self._give_back(name, sent.conn, True)
         return reply
@@ -551,6 +571,10 @@ class LaneCalls:
                 )
         try:
             reply = self._read_reply(sent.conn, name, until)
+        except _StatusAnswer:
+            self.inbox.disconnected(name)
+            bulk.count("calls")
+            raise
         except BaseException as exc:
             self._failed(name, sent)
             if isinstance(exc, StreamFailed):
@@ -597,7 +621,7 @@ class LaneCalls:
                     return decode_frame(body)
                 (code,) = CODE.unpack_from(body)
                 status = STATUS_CODES.get(code, grpc.StatusCode.UNKNOWN)
-                raise StreamFailed(status, body[CODE.size :].decode("utf-8", "replace"))
+                raise _StatusAnswer(status, body[CODE.size :].decode("utf-8", "replace"))
             if nbytes == CANCEL:
                 self.inbox.cancel(peer, record)
             elif not self._receive(conn, peer, record, nbytes, deadline):
