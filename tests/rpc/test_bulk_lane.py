@@ -798,7 +798,9 @@ def test_a_delete_waits_parked_for_the_next_call_which_reads_its_answer_first(
     _no_parked()
     rref = rpc.remote(PEER, sleep_then, (0.0, "dropped"))
     assert rref.to_here() == "dropped"
-    monkeypatch.setattr(bulk_lane_calls, "PARK_SECONDS", 30.0)  # the sweeper leaves it be
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    monkeypatch.setattr(lane, "_hand_over_due", lambda: None)  # the sweeper leaves it be
     before = _counts()
     del rref
     assert agent_mod.current().rref.flush_releases(10)  # the delete was written, parked
@@ -1071,7 +1073,7 @@ def test_a_call_behind_parked_answers_is_not_sent_twice_when_their_connection_br
     fake, proofs, listener = _hand_made_lane(
         monkeypatch, "breaking-peer", bulk_lane.MAGIC, read_two_then_break
     )
-    monkeypatch.setattr(bulk_lane_calls, "PARK_SECONDS", 30.0)  # the sweeper leaves it be
+    monkeypatch.setattr(lane, "_hand_over_due", lambda: None)  # the sweeper leaves it be
     outcomes: list[Any] = []
     try:
         frame = fetch_frame_of_nothing()
