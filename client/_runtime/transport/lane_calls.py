@@ -8,18 +8,19 @@ the stream's thread, the waiting caller), and on a 2-core machine each one costs
 Python it runs. On a lane connection the caller's own thread writes the call and reads the
 answer, and the callee's reader thread, woken by the kernel, serves it where it is: one
 wake-up per side, as a plain socket echo. A caller keeps at most ``CALL_CONNECTIONS_PER_PEER``
-(``bulk_lane``) connections for calls to one peer, one call at a time on each; a call finding
-them all busy, or a peer whose lane cannot be reached or takes no calls, goes by gRPC.
+(``bulk_lane``) connections for calls to one peer, one thread reading answers on each; a
+call finding them all busy, or a peer whose lane cannot be reached or takes no calls, goes
+by gRPC.
 
-A remote() and an RRef delete may leave their answers *parked* (``start`` with ``park`` or
-``quick``): no reader thread is woken for them. The next call on the connection goes right
-behind and its thread reads the parked answers before its own (``_Sent.ahead``): the
-to_here() after its remote() claims that remote()'s connection (``exchange(behind=...)``),
-so the owner's one lane thread serves the RemoteCall and then the fetch, whose value is set
-by then; any call may go behind parked answers that are all *quick* (answered at once by
-the owner: deletes), so a remote() right after the previous RRef's delete writes behind it.
-Answers nobody claims within ``PARK_SECONDS`` are handed to a reader thread by the lane's
-sweeper.
+A remote() and the quick control messages (answered at once by the owner: RRef deletes,
+ReleaseContext) may leave their answers *parked* (``start`` with ``park`` or ``quick``): no
+reader thread is woken for them. The next call on the connection goes right behind and its
+thread reads the parked answers before its own (``_Sent.ahead``; the callee serves a
+connection's calls in order): the to_here() after its remote() claims that remote()'s
+connection (``exchange(behind=...)``), so the owner's one lane thread serves the RemoteCall
+and then the fetch, whose value is set by then; any call may go behind parked answers that
+are all quick, so the next step's call goes behind the last step's ReleaseContext. Answers
+nobody claims within ``PARK_SECONDS`` are handed to a reader thread by the lane's sweeper.
 
 ``LaneCalls`` is mixed into ``BulkLane``, which owns the sockets; what it needs from it is the
 block of attributes and methods at the top of the class.
