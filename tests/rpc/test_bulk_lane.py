@@ -1073,6 +1073,7 @@ def test_a_call_behind_parked_answers_is_not_sent_twice_when_their_connection_br
     fake, proofs, listener = _hand_made_lane(
         monkeypatch, "breaking-peer", bulk_lane.MAGIC, read_two_then_break
     )
+    _no_parked()
     monkeypatch.setattr(lane, "_hand_over_due", lambda: None)  # the sweeper leaves it be
     outcomes: list[Any] = []
     try:

@@ -187,6 +187,7 @@ class RRefCalls:
     ) -> None:
         svc, me = self.svc, self.svc.ctx
         assert handle.fork_id is not None
+        creation.take_parked()  # answered: nothing is left to go behind
         if ack is None:
             assert error is not None
             svc.fail_fork(handle.fork_id, error)
