@@ -3,9 +3,11 @@
 ``protocol.RRefProtocol`` is the state machine (no network); this module drives it as its
 docstring's section "What the agent must do" asks:
 
-- every message it returns is sent on the serving pool with ``Caller.send_control`` (retried
-  with backoff on UNAVAILABLE / DEADLINE_EXCEEDED); a ForkRequest's answer (ForkAccepted) is
-  fed back into the protocol, and what that yields is sent in turn;
+- every message it returns is sent as a control frame from the sending thread
+  (``transport.resend.start_control``: the bulk lane, a call stream or the call pipe),
+  retried with backoff on UNAVAILABLE / DEADLINE_EXCEEDED (``RetryingSend``); a
+  ForkRequest's answer (ForkAccepted) is fed back into the protocol, and what that yields is
+  sent in turn;
 - ForkRequest, ChildAck and RRefDelete are served here (``register_control_handler``);
   RemoteCall and FetchRRef in ``calls`` and ``fetch``;
 - user objects are released through a queue drained by one thread, because a weakref

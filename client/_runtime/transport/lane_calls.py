@@ -33,7 +33,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 
 import grpc
@@ -445,11 +445,16 @@ class LaneCalls:
     def _fail_chain(self, name: str, chain: tuple[tuple[_Sent, Done], ...], why: str) -> None:
         """The calls of ``chain`` (on one connection) will not be answered: it goes."""
         *ahead, (last, done) = chain
-        for _, earlier in ahead:
-            self.inbox.disconnected(name)
-            _run(earlier, None, StreamFailed(grpc.StatusCode.UNAVAILABLE, why))
+        self._unanswered(name, ahead, why)
         self._failed(name, last)
         _run(done, None, StreamFailed(grpc.StatusCode.UNAVAILABLE, why))
+
+    def _unanswered(self, name: str, calls: Sequence[tuple[_Sent, Done]], why: str) -> None:
+        """Calls on a connection that went, whose answers nobody will read: each ``done``
+        hears UNAVAILABLE."""
+        for _, done in calls:
+            self.inbox.disconnected(name)
+            _run(done, None, StreamFailed(grpc.StatusCode.UNAVAILABLE, why))
 
     def _unpark(self, name: str) -> Parked | None:
         """Claim the newest quick parked chain to ``name`` with room for one more call."""
@@ -560,9 +565,7 @@ class LaneCalls:
         ahead, sent.ahead = sent.ahead, ()
         for i, (prev, done) in enumerate(ahead):
             if not self._deliver(name, prev, done, _earlier(prev.deadline, until), keep=True):
-                for _, later in ahead[i + 1 :]:
-                    self.inbox.disconnected(name)
-                    _run(later, None, StreamFailed(grpc.StatusCode.UNAVAILABLE, "lane broke"))
+                self._unanswered(name, ahead[i + 1 :], "lane broke")
                 self.inbox.disconnected(name)  # ours (the connection went with prev's failure)
                 if sent.pin is not None:
                     sent.pin.conn = None
