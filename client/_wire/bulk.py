@@ -178,13 +178,15 @@ def receive(meta: pb.TensorMeta, peer: str, dtype: np.dtype) -> np.ndarray:
 
 
 class _Entry:
-    """One transfer: its buffer once its header came, and whether it is complete."""
+    """One transfer: its buffer once its header came, and whether it ended (``done``: every
+    byte came, or it failed, was refused or cancelled; set under the inbox's lock, which a
+    waiting take sleeps on)."""
 
     __slots__ = ("buf", "done", "error", "arrived", "progress", "born", "cancelled")
 
     def __init__(self) -> None:
         self.buf: np.ndarray | None = None
-        self.done = threading.Event()
+        self.done = False
         self.error = ""
         self.arrived = False  # its header came (the reader owns it until done)
         self.progress = time.monotonic()  # last time bytes came
@@ -210,6 +212,8 @@ class Inbox:
         self._max = min(max_transfer_bytes, MAX_TRANSFER_BYTES)
         self._stale = stale_seconds
         self._lock = threading.Lock()
+        #: Notified (under ``_lock``) when a transfer ends: the takes waiting for it wake.
+        self._ended = threading.Condition(self._lock)
         self._entries: dict[tuple[str, int], _Entry] = {}
         self._taken: OrderedDict[tuple[str, int], None] = OrderedDict()
         #: Cancelled before their bytes came: dropped when they come.
@@ -263,7 +267,7 @@ class Inbox:
             if reason:
                 entry.arrived = True
                 entry.error = f"the bulk lane refused a transfer from {peer!r}: {reason}"
-                entry.done.set()
+                self._end(entry)
                 count("refused")
                 return None
             entry.arrived = True
@@ -289,13 +293,16 @@ class Inbox:
     def complete(self, peer: str, transfer_id: int) -> None:
         """Every byte of the transfer came."""
         key = (peer, transfer_id)
-        entry = self._entries.get(key)
-        if entry is None:
-            return
-        count("received", 0 if entry.buf is None else entry.buf.nbytes)
-        if entry.cancelled:
-            self._drop(key, entry)
-        entry.done.set()
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return
+            nbytes = 0 if entry.buf is None else entry.buf.nbytes
+            if entry.cancelled:
+                del self._entries[key]
+                self._release(entry)
+            self._end(entry)
+        count("received", nbytes)
 
     def cancel(self, peer: str, transfer_id: int) -> None:
         """The sender will never name the transfer: drop it (now, or when its bytes came)."""
@@ -312,18 +319,13 @@ class Inbox:
             if not entry.arrived:  # a take waits for it: it will not come
                 entry.arrived = True
                 entry.error = f"the bulk-lane transfer {transfer_id} from {peer!r} was cancelled"
-                entry.done.set()
+                self._end(entry)
                 return
-            if not entry.done.is_set():
+            if not entry.done:
                 entry.cancelled = True  # its reader drops it when the bytes are in
                 return
-        self._drop(key, entry)
-
-    def _drop(self, key: tuple[str, int], entry: _Entry) -> None:
-        with self._lock:
-            if self._entries.get(key) is entry:
-                del self._entries[key]
-                self._release(entry)
+            del self._entries[key]
+            self._release(entry)
 
     def fail(self, peer: str, transfer_id: int, why: str) -> None:
         """The transfer will not complete (its connection broke): a take fails with ``why``."""
@@ -333,7 +335,7 @@ class Inbox:
                 return
             self._release(entry)
             entry.error = f"the bulk-lane transfer from {peer!r} failed: {why}"
-            entry.done.set()
+            self._end(entry)
         count("failed")
 
     # -- the Assembler's side ------------------------------------------------------------------
@@ -363,22 +365,24 @@ class Inbox:
                         "bulk-lane connection from that worker is open: its bytes cannot come"
                     )
                 entry = self._entries[key] = _Entry()
-        while not entry.done.wait(_TICK):
-            now = time.monotonic()
-            if entry.arrived:
-                late = now - entry.progress > STALL_SECONDS
-            else:  # not started: its sender's connections ended without it, or too long
-                late = not self._live[peer] or now - entry.born > HEADER_WAIT_SECONDS
-            if late or self._closed:
-                with self._lock:
+            # (Usually done already: the sender wrote the bytes before the message.)
+            while not entry.done:
+                self._ended.wait(_TICK)
+                if entry.done:
+                    break
+                now = time.monotonic()
+                if entry.arrived:
+                    late = now - entry.progress > STALL_SECONDS
+                else:  # not started: its sender's connections ended without it, or too long
+                    late = not self._live[peer] or now - entry.born > HEADER_WAIT_SECONDS
+                if late or self._closed:
                     if self._entries.get(key) is entry and not entry.arrived:
                         del self._entries[key]
-                what = "stalled" if entry.arrived else "never came"
-                raise SerializationError(
-                    f"bulk-lane transfer {transfer_id} from {peer!r} {what}: its sender may "
-                    "have failed, or the network between the workers dropped it"
-                )
-        with self._lock:
+                    what = "stalled" if entry.arrived else "never came"
+                    raise SerializationError(
+                        f"bulk-lane transfer {transfer_id} from {peer!r} {what}: its sender may "
+                        "have failed, or the network between the workers dropped it"
+                    )
             if self._entries.get(key) is entry:
                 del self._entries[key]
             buf = self._release(entry)
@@ -400,6 +404,11 @@ class Inbox:
         while len(self._taken) > _TAKEN_MEMORY:
             self._taken.popitem(last=False)
 
+    def _end(self, entry: _Entry) -> None:
+        # With the lock held: the transfer ended; wake the takes.
+        entry.done = True
+        self._ended.notify_all()
+
     def _release(self, entry: _Entry) -> np.ndarray | None:
         # With the lock held: the entry's buffer, no longer counted as held nor kept by it.
         buf, entry.buf = entry.buf, None
@@ -410,7 +419,7 @@ class Inbox:
     def _sweep(self, now: float) -> None:
         # With the lock held: drop what nobody took in time (its message never came).
         for key in [
-            k for k, e in self._entries.items() if e.done.is_set() and now - e.born > self._stale
+            k for k, e in self._entries.items() if e.done and now - e.born > self._stale
         ]:
             self._release(self._entries.pop(key))
             count("dropped_stale")
@@ -421,10 +430,10 @@ class Inbox:
             self._closed = True
             entries, self._entries = list(self._entries.values()), {}
             self._held = 0
-        for entry in entries:
-            entry.buf = None
-            entry.error = entry.error or "the worker shut down before the transfer was taken"
-            entry.done.set()
+            for entry in entries:
+                entry.buf = None
+                entry.error = entry.error or "the worker shut down before the transfer was taken"
+                self._end(entry)
 
     def info(self) -> dict[str, Any]:
         """Transfers waiting and bytes held (for ``Agent.debug_info``)."""

@@ -306,10 +306,12 @@ def loads(data: Any, ctx: DecodeContext) -> Any:
         SerializationError: the payload is malformed or names something that does not resolve.
     """
     try:
-        try:
-            return _PlainUnpickler(io.BytesIO(data)).load()
-        except _NotPlain:
-            pass
+        payload = ctx.payload
+        if not (payload.tensors or payload.rrefs):  # (else it stops at the first reference)
+            try:
+                return _PlainUnpickler(io.BytesIO(data)).load()
+            except _NotPlain:
+                pass
         _register_tensor_types()
         unpickler = _Unpickler(io.BytesIO(data), ctx)
         if not ctx.policy.guarded:

@@ -76,6 +76,7 @@ from .lane_io import (
     mac,
     recv_exact,
     send_parts,
+    set_timeout,
     shut,
     still_open,
 )
@@ -250,7 +251,7 @@ class BulkLane(LaneCalls):
     def _handshake(self, conn: socket.socket) -> str:
         """The sender's name once it proved it knows the token, else ""."""
         deadline = time.monotonic() + HANDSHAKE_SECONDS  # for the whole handshake
-        conn.settimeout(HANDSHAKE_SECONDS)
+        set_timeout(conn, HANDSHAKE_SECONDS)
         nonce = os.urandom(NONCE_BYTES)
         conn.sendall(MAGIC + nonce)
         head = recv_exact(conn, NAME_LEN.size, deadline)
@@ -283,7 +284,7 @@ class BulkLane(LaneCalls):
     def _read_transfers(self, conn: socket.socket, peer: str) -> None:
         inbox = self.inbox
         while True:
-            conn.settimeout(None)  # idle: wait for the next record (keepalive ends dead peers)
+            set_timeout(conn, None)  # idle: wait for the next record (keepalive ends dead peers)
             try:
                 head = recv_exact(conn, RECORD.size)
             except (OSError, ConnectionError):
@@ -330,7 +331,7 @@ class BulkLane(LaneCalls):
             )
             return False
         buf = inbox.begin(peer, transfer_id, nbytes)
-        conn.settimeout(bulk.STALL_SECONDS)
+        set_timeout(conn, bulk.STALL_SECONDS)
         try:
             if buf is None:  # refused (a take says why) or cancelled: read and drop
                 discard(conn, nbytes)
@@ -493,7 +494,7 @@ class BulkLane(LaneCalls):
             if recv_exact(conn, 1) != b"\x01":
                 raise ValueError("the peer refused this worker's cluster token")
             keepalive(conn)
-            conn.settimeout(bulk.STALL_SECONDS)
+            set_timeout(conn, bulk.STALL_SECONDS)
         except BaseException:
             conn.close()
             raise

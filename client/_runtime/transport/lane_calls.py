@@ -52,6 +52,7 @@ from .lane_io import (
     STATUS_CODES,
     recv_exact,
     send_parts,
+    set_timeout,
     status_record,
 )
 from .loop import in_loop_thread
@@ -222,7 +223,7 @@ class LaneCalls:
                 self._frame_limit,
             )
             return False
-        conn.settimeout(bulk.STALL_SECONDS)
+        set_timeout(conn, bulk.STALL_SECONDS)
         try:
             raw = recv_exact(conn, nbytes)
         except (OSError, ConnectionError):
@@ -254,7 +255,7 @@ class LaneCalls:
             if pin.conn is None:  # a write of the reply's tensors failed: the connection broke
                 return False
         try:
-            conn.settimeout(bulk.STALL_SECONDS)
+            set_timeout(conn, bulk.STALL_SECONDS)
             send_parts(conn, answer)
         except OSError:
             return False
@@ -521,7 +522,7 @@ class LaneCalls:
         ahead = behind.take_chain() if behind is not None else ()
         sent = _Sent(conn, pin, deadline, ahead)
         try:
-            conn.settimeout(bulk.STALL_SECONDS if timeout is None else max(timeout, 0.001))
+            set_timeout(conn, bulk.STALL_SECONDS if timeout is None else max(timeout, 0.001))
             send_parts(conn, (RECORD.pack(CALL, len(raw)), raw))
         except OSError as exc:
             # Not all of it was written: the callee reads a cut record and closes, so the call
@@ -610,7 +611,7 @@ class LaneCalls:
         the reply frame (or the status, raised as StreamFailed)."""
         while True:
             if deadline is None:
-                conn.settimeout(None)  # as a stream with no deadline: until the connection ends
+                set_timeout(conn, None)  # as a stream with no deadline: until the connection ends
             head = recv_exact(conn, RECORD.size, deadline)
             if head is None:
                 raise ConnectionError("the peer closed the connection")

@@ -30,6 +30,7 @@ __all__ = [
     "STATUS_CODES",
     "RECV_CHUNK",
     "mac",
+    "set_timeout",
     "fill",
     "recv_exact",
     "discard",
@@ -69,6 +70,13 @@ def mac(token: str | None, nonce: bytes, name: bytes, magic: bytes = MAGIC) -> b
     return hmac.new(key, magic + nonce + name, hashlib.sha256).digest()
 
 
+def set_timeout(sock: socket.socket, seconds: float | None) -> None:
+    """``sock.settimeout(seconds)`` unless it is set so already: each ``settimeout`` is a
+    system call, and a lane call would make about ten of them, mostly to the same value."""
+    if sock.gettimeout() != seconds:
+        sock.settimeout(seconds)
+
+
 def fill(
     sock: socket.socket,
     view: memoryview,
@@ -86,7 +94,7 @@ def fill(
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"{got} of {n} bytes in the time allowed")
-            sock.settimeout(min(left, cap))
+            set_timeout(sock, min(left, cap))
         k = sock.recv_into(view[got : got + RECV_CHUNK])
         if not k:
             return got
