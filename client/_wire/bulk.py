@@ -418,9 +418,7 @@ class Inbox:
 
     def _sweep(self, now: float) -> None:
         # With the lock held: drop what nobody took in time (its message never came).
-        for key in [
-            k for k, e in self._entries.items() if e.done and now - e.born > self._stale
-        ]:
+        for key in [k for k, e in self._entries.items() if e.done and now - e.born > self._stale]:
             self._release(self._entries.pop(key))
             count("dropped_stale")
 
