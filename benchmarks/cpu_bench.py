@@ -153,7 +153,9 @@ def main() -> int:
         rows.append(row)
         print(f"round {r + 1}: " + json.dumps({k: round(v) for k, v in row.items()}), flush=True)
     medians = {k: round(statistics.median(row[k] for row in rows)) for k in rows[0]}
-    print(f"{ns.measure} ({'same host' if ns.same_host else 'TCP'}), medians: {json.dumps(medians)}")
+    print(
+        f"{ns.measure} ({'same host' if ns.same_host else 'TCP'}), medians: {json.dumps(medians)}"
+    )
     return 0
 
 
