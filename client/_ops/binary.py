@@ -88,14 +88,17 @@ class Mul(_Binary):
         self._shapes(a, b)
         self.save("self", a if self.needs_input_grad[1:2] == (True,) else None)
         self.save("other", b if self.needs_input_grad[:1] == (True,) else None)
+        #: ``x * x``: both gradients are ``g * x``, computed once (the engine adds the two).
+        self._square = a is b
         x, y = promoted(a, b)
         return x * y
 
     def backward(self, g: Any) -> Any:
-        a, b = self.saved("self"), self.saved("other")
-        return self._reduce(
-            g * b.conj() if b is not None else None, g * a.conj() if a is not None else None
-        )
+        a, b = self.saved("self"), self.saved("other")  # (both: each checks its version)
+        ga = g * b.conj() if b is not None else None
+        if self._square and ga is not None:
+            return self._reduce(ga, ga)
+        return self._reduce(ga, g * a.conj() if a is not None else None)
 
 
 class Div(_Binary):

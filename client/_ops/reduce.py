@@ -72,10 +72,13 @@ class Mean(Op):
         return array_module(x._data).asarray(x._data.mean(axis=dims, keepdims=keepdim))
 
     def backward(self, g: Any) -> Any:
-        out = _expand_back(
-            g, self.saved("self_sym_sizes"), self.saved("dim"), self.saved("keepdim")
+        # Divided before it is expanded (the same values): one full-size array less.
+        return _expand_back(
+            g / self.saved("count"),
+            self.saved("self_sym_sizes"),
+            self.saved("dim"),
+            self.saved("keepdim"),
         )
-        return out / self.saved("count")
 
 
 def _count(shape: tuple[int, ...], dims: tuple[int, ...]) -> int:

@@ -311,3 +311,44 @@ def test_assigning_grad_checks_its_shape():
     assert x.grad.tolist() == [5.0, 5.0]
     with pytest.raises(RuntimeError, match="shape"):
         x.grad = gw.ones(3)
+
+
+# ------------------------------------------------------------------ x * x and mean
+def test_square_gradient_is_two_x_g_and_its_input_hook_sees_the_sum():
+    # x * x computes g * x once for both of its inputs (the same tensor); the engine adds them.
+    x = leaf(1.5, -2.0, 3.0)
+    seen = []
+    x.register_hook(lambda g: seen.append(g.numpy().copy()))
+    (x * x * gw.tensor([1.0, 10.0, 100.0])).sum().backward()
+    expected = 2 * np.array([1.5, -2.0, 3.0]) * np.array([1.0, 10.0, 100.0])
+    np.testing.assert_allclose(x.grad.numpy(), expected)
+    assert len(seen) == 1  # one accumulated gradient reaches the leaf, as in PyTorch
+    np.testing.assert_allclose(seen[0], expected)
+
+
+def test_square_of_a_tensor_modified_in_place_after_is_an_error():
+    x = leaf(1.0, 2.0)
+    y = x * 1
+    z = y * y
+    y.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.sum().backward()
+
+
+def test_square_and_mean_second_order():
+    x = gw.tensor([1.5, -2.0, 3.0], dtype=gw.float64, requires_grad=True)
+    (g,) = gw.autograd.grad((x * x).mean(), x, create_graph=True)
+    np.testing.assert_allclose(g.detach().numpy(), 2 * x.detach().numpy() / 3)
+    (h,) = gw.autograd.grad((g * g).sum(), x)  # d/dx sum((2x/3)^2) = 8x/9
+    np.testing.assert_allclose(h.numpy(), 8 * x.detach().numpy() / 9)
+
+
+@pytest.mark.parametrize("dim,keepdim", [(None, False), (0, False), (1, True), ((0, 1), False)])
+def test_mean_gradient_is_one_over_count_everywhere(dim, keepdim):
+    x = gw.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+    out = x.mean() if dim is None else x.mean(dim=dim, keepdim=keepdim)
+    out.sum().backward()
+    count = 6 if dim is None or dim == (0, 1) else x.shape[dim]
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 1.0 / count))
+    x.grad.add_(1)  # the leaf's gradient is its own writable array, not a broadcast view
+    np.testing.assert_array_equal(x.grad.numpy(), np.full((2, 3), 1.0 + 1.0 / count))
