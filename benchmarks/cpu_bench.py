@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from rpc_bench import echo, gw_ones, matmul, noop  # noqa: E402
+from rpc_bench import autograd_iteration, echo, gradwire_leaves, gw_ones, noop  # noqa: E402
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # one BLAS thread per process, as rpc_bench
@@ -48,27 +48,15 @@ def _process_cpu_seconds(pid: int) -> float:
 
 
 def _measures(rpc: Any, dist_autograd: Any, gw: Any) -> dict[str, Any]:
-    import numpy as np
-
     n = (1 << 20) // 4
     t = gw.ones(n)
-    rng = np.random.default_rng(0)
-    x, w = (
-        gw.tensor(rng.standard_normal((512, 512)).astype(np.float32), requires_grad=True)
-        for _ in range(2)
-    )
-
-    def autograd() -> None:
-        with dist_autograd.context() as cid:
-            y = rpc.rpc_sync("w1", matmul, (x, w))
-            dist_autograd.backward(cid, [(y * y).mean()])
-            assert dist_autograd.get_gradients(cid)[x].shape == x.shape
+    x, w = gradwire_leaves(gw)
 
     return {
         "noop": lambda: rpc.rpc_sync("w1", noop),
         "echo": lambda: rpc.rpc_sync("w1", echo, (t,)).sum(),
         "pair": lambda: rpc.remote("w1", gw_ones, (n,)).to_here().sum(),
-        "autograd": autograd,
+        "autograd": lambda: autograd_iteration(rpc, dist_autograd, x, w),
     }
 
 

@@ -163,6 +163,25 @@ def _gradwire_options(tcp: bool, init_method: str) -> Any:
     return rpc.GrpcRpcBackendOptions(init_method=init_method, rpc_timeout=300, **extra)
 
 
+def gradwire_leaves(gw: Any) -> tuple[Any, Any]:
+    """The autograd iteration's two 512x512 float32 leaves (requires_grad), as gradwire tensors."""
+    rng = np.random.default_rng(0)
+    x, w = (
+        gw.tensor(rng.standard_normal((512, 512)).astype(np.float32), requires_grad=True)
+        for _ in range(2)
+    )
+    return x, w
+
+
+def autograd_iteration(rpc: Any, dist_autograd: Any, x: Any, w: Any) -> None:
+    """One dist-autograd iteration: rpc_sync of ``x @ w`` on "w1", a loss, the distributed
+    backward and get_gradients (the same for gradwire and torch: the same API)."""
+    with dist_autograd.context() as cid:
+        y = rpc.rpc_sync("w1", matmul, (x, w))
+        dist_autograd.backward(cid, [(y * y).mean()])
+        assert dist_autograd.get_gradients(cid)[x].shape == x.shape
+
+
 def _driver(lib: Any, rpc: Any, dist_autograd: Any, ones: Any, x: Any, w: Any, conn: Any) -> None:
     """Rank 0 of a framework's pair (gradwire or torch: the same API): serve the measures.
 
@@ -173,10 +192,7 @@ def _driver(lib: Any, rpc: Any, dist_autograd: Any, ones: Any, x: Any, w: Any, c
     """
 
     def autograd_step() -> None:
-        with dist_autograd.context() as cid:
-            y = rpc.rpc_sync("w1", matmul, (x, w))
-            dist_autograd.backward(cid, [(y * y).mean()])
-            assert dist_autograd.get_gradients(cid)[x].shape == x.shape
+        autograd_iteration(rpc, dist_autograd, x, w)
 
     def matmul3() -> None:
         with lib.no_grad():
@@ -214,11 +230,7 @@ def _gradwire_proc(rank: int, tcp: bool, init_method: str, token: str, conn: Any
 
     rpc.init_rpc(f"w{rank}", rank, 2, _gradwire_options(tcp, init_method))
     if rank == 0:
-        rng = np.random.default_rng(0)
-        x, w = (
-            gw.tensor(rng.standard_normal((512, 512)).astype(np.float32), requires_grad=True)
-            for _ in range(2)
-        )
+        x, w = gradwire_leaves(gw)
         _driver(gw, rpc, dist_autograd, gw_ones, x, w, conn)
     else:
         conn.recv()  # the driver is done
