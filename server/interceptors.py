@@ -19,7 +19,14 @@ from typing import Any
 import grpc
 from gradwire._runtime.transport.transport import SERVICE
 
-__all__ = ["AuthInterceptor", "TOKEN_KEY", "CALLER_KEY", "token_refusal", "not_ready_message"]
+__all__ = [
+    "has_token",
+    "AuthInterceptor",
+    "TOKEN_KEY",
+    "CALLER_KEY",
+    "token_refusal",
+    "not_ready_message",
+]
 
 log = logging.getLogger(__name__)
 TOKEN_KEY = "x-gradwire-token"
@@ -53,21 +60,27 @@ def _rejecting_handler(method: str, status: grpc.StatusCode, details: str) -> gr
     return grpc.unary_unary_rpc_method_handler(reject)
 
 
+def has_token(agent: Any, metadata: Any) -> bool:
+    """True when ``metadata`` carries the agent's cluster token (or it has none); constant time."""
+    expected = agent.token
+    if not expected:
+        return True
+    got = ""
+    for key, value in metadata or ():
+        if key == TOKEN_KEY:
+            got = value if isinstance(value, str) else value.decode("latin-1")
+    return hmac.compare_digest(got.encode(), expected.encode())
+
+
 def token_refusal(agent: Any, method: str, metadata: Any) -> str | None:
     """Why a call of ``method`` with ``metadata`` must be refused UNAUTHENTICATED, or None.
 
     The one token check, shared by the asyncio server and the fast lane (constant-time
     comparison; the token itself never appears in a message or a log).
     """
-    expected = agent.token
-    if not expected:
+    if has_token(agent, metadata):
         return None
-    got = ""
-    for key, value in metadata or ():
-        if key == TOKEN_KEY:
-            got = value if isinstance(value, str) else value.decode("latin-1")
-    if hmac.compare_digest(got.encode(), expected.encode()):
-        return None
+    got = any(key == TOKEN_KEY for key, _ in metadata or ())
     log.warning("rejected %s on %s: %s token", method, agent.name, "wrong" if got else "missing")
     return (
         f"worker {agent.name!r}: {'wrong' if got else 'missing'} cluster token "
@@ -101,6 +114,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         agent = self._agent
         is_join = method == f"/{SERVICE}/Join"
         if is_join and agent.token_generated:
+            # Rank 0 made the token up: a rank the rendezvous still waits for joins without
+            # it and learns it from the reply; the Join handler refuses everyone else.
             return await continuation(details)
         if not is_join and not agent.is_ready():
             if not await agent.wait_ready(agent.options.init_timeout):

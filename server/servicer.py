@@ -34,6 +34,7 @@ from gradwire._wire.framing import (
     unpack_batch,
 )
 from gradwire.errors import (
+    AuthenticationError,
     GradwireError,
     MessageTooLargeError,
     RpcInitError,
@@ -43,7 +44,7 @@ from gradwire.errors import (
 )
 from gradwire.futures import Future
 
-from .interceptors import CALLER_KEY
+from .interceptors import CALLER_KEY, has_token
 
 __all__ = ["WorkerServicer", "status_for", "caller_from_metadata"]
 
@@ -58,6 +59,8 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, WorkerUnavailableError):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
+    if isinstance(exc, AuthenticationError):
+        return grpc.StatusCode.UNAUTHENTICATED, str(exc)
     if isinstance(exc, RpcInitError):
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
     if isinstance(exc, RRefProtocolError):  # a request about an RRef this worker cannot honour
@@ -430,7 +433,8 @@ class WorkerServicer:
         self, request: pb.JoinRequest, context: grpc.aio.ServicerContext
     ) -> pb.JoinReply:  # noqa: N802
         try:
-            return await self._agent.serve_join(request)
+            authenticated = has_token(self._agent, context.invocation_metadata())
+            return await self._agent.serve_join(request, authenticated)
         except GradwireError as exc:
             await self._fail(context, exc)
             raise  # pragma: no cover - abort raises

@@ -37,6 +37,7 @@ import grpc
 from .._proto import worker_pb2 as pb
 from .._wire import guard
 from ..errors import (
+    AuthenticationError,
     RpcInitError,
     RpcNotInitializedError,
     RpcTimeoutError,
@@ -61,7 +62,9 @@ from .cluster.rendezvous import (
     is_loopback,
     plan,
     publish_address,
+    publish_local_token,
     read_address,
+    read_local_token,
     route_to,
     withdraw_address,
 )
@@ -238,6 +241,8 @@ class Agent:
         self.token: str | None = options.token
         #: True when rank 0 generated the token (Join is then open on loopback).
         self.token_generated = False
+        #: The file where the host of a dynamic group keeps the token it made up ("": none).
+        self._local_token_file = ""
         self.rendezvous: RendezvousHost | None = None
         self.barriers: BarrierHost | None = None
         self.control_handlers: dict[str, Callable[..., Any]] = {}
@@ -508,6 +513,9 @@ class Agent:
         if self.plan.store_file:
             self._file_rendezvous(timeout)
         if self.rank == HOST_RANK and self.ctx.dynamic:
+            if self.token_generated:  # members of this user on this machine read it there
+                port = int(self.address.rpartition(":")[2])
+                self._local_token_file = publish_local_token(port, self.token or "")
             problems = validate_device_maps([me], dynamic=True)
             if problems:
                 raise RpcInitError("invalid device maps: " + "; ".join(problems) + " (docs/gpu.md)")
@@ -528,6 +536,7 @@ class Agent:
                 raise
         else:
             started = time.monotonic()
+            self._local_token(timeout)
             try:
                 reply = self.transport.control(
                     self.plan.master,
@@ -568,6 +577,17 @@ class Agent:
         self._ready_flag.set()
         log.info("worker %s (rank %d) joined session %s", self.name, self.rank, self.session)
 
+    def _local_token(self, timeout: float) -> None:
+        """A member of a dynamic group with no token joins a host on this machine with the
+        token that host made up and left for this user (a Join without it is refused)."""
+        host, _, port = self.plan.master.rpartition(":")
+        if not (self.ctx.dynamic and self.token is None and is_loopback(host) and port.isdigit()):
+            return
+        token = read_local_token(int(port), timeout)
+        if token:
+            self.token = token
+            self.transport.set_token(token, self.rank)
+
     def _take_rank(self, rank: int) -> None:
         """The group's host assigned this worker ``rank``: build the services with it."""
         validate_rank(rank, f"the rank the host assigned to {self.name!r}")
@@ -578,19 +598,32 @@ class Agent:
 
     def _file_rendezvous(self, timeout: float) -> None:
         """``file://``: rank 0 writes its address to the file; the others read it (their
-        master) before they join."""
+        master) before they join, only from a file of their own user that only it may write,
+        and with a configured token only an address that carries its proof."""
         if self.rank == HOST_RANK:
-            publish_address(self.plan.store_file, self.address)
+            publish_address(self.plan.store_file, self.address, self.options.token)
         else:
-            master = read_address(self.plan.store_file, timeout)
+            master = read_address(self.plan.store_file, timeout, self.options.token)
             self.plan = dataclasses.replace(self.plan, master=master)
 
     async def _add_self(self, me: pb.WorkerInfo) -> None:
         assert self.rendezvous is not None
         self.rendezvous.add(me, self.world_size)
 
-    async def serve_join(self, request: pb.JoinRequest) -> pb.JoinReply:
-        """Rank 0's Join handler (on the I/O loop). Raises RpcInitError."""
+    async def serve_join(self, request: pb.JoinRequest, authenticated: bool) -> pb.JoinReply:
+        """Rank 0's Join handler (on the I/O loop).
+
+        Args:
+            request: the Join.
+            authenticated: the call carried the cluster token. Without it (a token rank 0 made
+                up), only a rank the rendezvous still waits for may join: it learns the token
+                from the reply. Once every rank joined, or for a rank that already did, such a
+                Join is refused, so no reply to an unauthenticated caller carries the token.
+
+        Raises:
+            RpcInitError: the Join does not fit the group.
+            AuthenticationError: a Join without the token that the rendezvous does not wait for.
+        """
         who = request.worker.name
         if request.world_size == 0 and not self.ctx.dynamic and self.rank == HOST_RANK:
             raise RpcInitError(
@@ -605,6 +638,12 @@ class Agent:
                 "it without world_size to join"
             )
         if self.ctx.dynamic and self.rank == HOST_RANK:
+            if not authenticated:  # members come at any time: each brings the token
+                raise AuthenticationError(
+                    f"worker {self.name!r} hosts a dynamic group: a Join must carry its cluster "
+                    "token (GRADWIRE_TOKEN; a host started without one made one up, which only "
+                    "members of the same user on the same machine can read)"
+                )
             if not await self.wait_ready(self.options.init_timeout):
                 raise RpcInitError(f"the group's host {self.name!r} has not started yet")
             workers, rank = await self.membership.serve_join(request.worker, request.assign_rank)
@@ -617,6 +656,13 @@ class Agent:
         if self.rendezvous is None:
             raise RpcInitError(
                 f"worker {self.name!r} (rank {self.rank}) does not host the rendezvous"
+            )
+        if not authenticated and not self.rendezvous.waits_for(request.worker.id):
+            raise AuthenticationError(
+                f"worker {self.name!r}: a Join for rank {request.worker.id} without the cluster "
+                "token, but the rendezvous no longer waits for that rank (every rank joined, or "
+                "this one already did); a worker that joins later needs the token "
+                "(GRADWIRE_TOKEN), and the token is never sent to a caller without it"
             )
         if request.assign_rank:
             raise RpcInitError(
@@ -767,6 +813,8 @@ class Agent:
     def _stop(self, grace: float) -> None:
         if self.plan.store_file and self.rank == HOST_RANK and self.address:
             withdraw_address(self.plan.store_file, self.address)
+        if self._local_token_file and self.token:
+            withdraw_address(self._local_token_file, self.token)
         if not self._built:  # the Join failed before the host assigned a rank
             self._close(grace)
             return

@@ -23,7 +23,7 @@ import numpy as np
 
 from .._proto import worker_pb2 as pb
 from ..errors import PolicyError, SerializationError
-from . import guard, tensors
+from . import guard, integrity, tensors
 from .policy import CallablePolicy
 
 __all__ = [
@@ -190,14 +190,31 @@ class _Pickler(pickle.Pickler):
         return pid
 
 
-class _Unpickler(pickle.Unpickler):
+class _Resolving:
+    """``find_class`` through the callee's policy and side-table references through the
+    decoders, for both unpicklers (the C one and :class:`integrity.CheckedUnpickler`)."""
+
+    _ctx: DecodeContext
+
     def __init__(self, file: io.BytesIO, ctx: DecodeContext) -> None:
-        super().__init__(file)
+        super().__init__(file)  # type: ignore[call-arg]
         self._ctx = ctx
 
-    def find_class(self, module: str, name: str) -> Any:
+    def resolve_global(self, module: str, name: str) -> Any:
+        policy = self._ctx.policy
         with guard.suspended():  # resolving may import the program's own modules
-            return self._ctx.policy.resolve(module, name, self._ctx.worker, what="global")
+            obj = policy.resolve(module, name, self._ctx.worker, what="global")
+            if policy.trust_everything or integrity.nameable(obj, PROTOCOL):
+                return obj
+        raise policy.refusal(
+            f"global {module}:{name}",
+            self._ctx.worker,
+            f"it is {integrity.describe(obj)}, and a payload may name only classes, functions "
+            "and objects pickled by name, never a program's data",
+        )
+
+    def find_class(self, module: str, name: str) -> Any:
+        return self.resolve_global(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
         if not isinstance(pid, tuple) or not pid or pid[0] not in _decoders:
@@ -212,6 +229,18 @@ class _Unpickler(pickle.Unpickler):
         except TypeError:  # unhashable reference: no aliasing
             pass
         return obj
+
+
+class _Unpickler(_Resolving, pickle.Unpickler):
+    """The C unpickler, for payloads :func:`integrity.scan` found to mutate only values they
+    built themselves."""
+
+
+class _CheckedUnpickler(_Resolving, integrity.CheckedUnpickler):
+    """The checked unpickler, for the other payloads (``integrity.py``)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        return integrity.CheckedUnpickler.find_class(self, module, name)
 
 
 #: Types pickled by opcodes alone (no global, no reduce): a body made only of them needs no
@@ -295,6 +324,16 @@ def dumps(obj: Any, ctx: EncodeContext) -> bytes:
     return buf.getvalue()
 
 
+def _integrity_refusal(exc: integrity.Mutation, ctx: DecodeContext) -> PolicyError:
+    src = f" from worker {ctx.peer!r}" if ctx.peer else ""
+    where = f" on worker {ctx.worker!r}" if ctx.worker else ""
+    return PolicyError(
+        f"a payload{src} tried to {exc}{where}: a payload may build new values, never change "
+        "or reach into the worker's classes, functions and shared objects; nothing was changed "
+        "(only rpc_backend_options trust_everything=True lifts this; docs/security.md)"
+    )
+
+
 def loads(data: Any, ctx: DecodeContext) -> Any:
     """Unpickle ``data`` under ``ctx.policy``, rebuilding side-table objects.
 
@@ -313,13 +352,19 @@ def loads(data: Any, ctx: DecodeContext) -> Any:
             except _NotPlain:
                 pass
         _register_tensor_types()
-        unpickler = _Unpickler(io.BytesIO(data), ctx)
-        if not ctx.policy.guarded:
+        src = f" from worker {ctx.peer!r}" if ctx.peer else ""
+        policy = ctx.policy
+        if policy.trust_everything:
+            return _Unpickler(io.BytesIO(data), ctx).load()
+        checked = integrity.scan(data)
+        unpickler = (_CheckedUnpickler if checked else _Unpickler)(io.BytesIO(data), ctx)
+        if not policy.guarded:
             return unpickler.load()
         # What the pickle's opcodes call (constructors, __setstate__) runs guarded.
-        src = f" from worker {ctx.peer!r}" if ctx.peer else ""
         with guard.guarded(f"unpickling a payload{src}", ctx.worker):
             return unpickler.load()
+    except integrity.Mutation as exc:
+        raise _integrity_refusal(exc, ctx) from None
     except PropagateError as exc:
         raise exc.error from None
     except (PolicyError, SerializationError):

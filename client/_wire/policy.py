@@ -30,6 +30,7 @@ import enum
 import fnmatch
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 import sysconfig
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULT_DENY",
     "SAFE_BUILTINS",
     "origin_of",
+    "verified_origin",
     "default_objects",
 ]
 
@@ -146,7 +148,7 @@ def default_objects() -> tuple[dict[int, tuple[Any, Verdict]], frozenset[tuple[s
                     continue
                 objects[id(obj)] = (obj, verdict)
                 names.add((module, qualname))
-                origin = origin_of(obj)
+                origin = verified_origin(obj)
                 if origin is not None:
                     names.add(origin)
         _default = (objects, frozenset(names))
@@ -202,6 +204,27 @@ def origin_of(obj: Any) -> tuple[str, str] | None:
     if not isinstance(qualname, str) or not isinstance(module, str):
         return None
     return module, qualname
+
+
+def verified_origin(obj: Any) -> tuple[str, str] | None:
+    """:func:`origin_of`, only when walking that name from ``sys.modules`` finds ``obj`` itself.
+
+    What an object says of itself (``__module__``, ``__qualname__``) is writable data; the
+    policy decides nothing on it. A class renamed to ``__main__:Mine`` does not walk back to
+    itself there, so it has no origin (and is refused) instead of passing for the program's own.
+    """
+    origin = origin_of(obj)
+    if origin is None or "<" in origin[1]:
+        return None
+    found: Any = sys.modules.get(_module_key(origin[0]))
+    if found is None:
+        return None
+    try:
+        for part in origin[1].split("."):
+            found = inspect.getattr_static(found, part)
+    except AttributeError:
+        return None
+    return origin if _unwrap(found) is _unwrap(obj) else None
 
 
 def _is_gradwire(module: str) -> bool:
@@ -340,15 +363,18 @@ class CallablePolicy:
             return listed
         if isinstance(key, types.ModuleType):
             return Verdict.REFUSED
-        origin = origin_of(key)
-        if origin is None:  # an instance: calling it runs its type's __call__
+        if origin_of(key) is not None:  # code: judged by the name it is found under
+            origin = verified_origin(key)
+            if origin is None:
+                return Verdict.REFUSED  # it claims a name that does not lead back to it
+        else:  # an instance: calling it runs its type's __call__
             if callable(key) and not isinstance(key, type):
                 call = _find_member(type(key), "__call__")
                 if call is None:
                     return Verdict.REFUSED
                 owner_cls, raw = call
                 return self._member_verdict(owner_cls, "__call__", raw)
-            origin = origin_of(type(key))
+            origin = verified_origin(type(key))
             if origin is None:
                 return Verdict.REFUSED
         verdict = self.name_verdict(*origin)
@@ -509,7 +535,10 @@ class CallablePolicy:
         listed = self._listed(_unwrap(raw))
         if listed is not None:
             return listed
-        module, qualname = owner.__module__, f"{owner.__qualname__}.{name}"
+        origin = verified_origin(owner)
+        if origin is None:
+            return Verdict.REFUSED  # a class whose name does not lead back to it
+        module, qualname = origin[0], f"{origin[1]}.{name}"
         verdict = self.name_verdict(module, qualname)
         if verdict is Verdict.DEFAULT and module != "builtins":
             return Verdict.REFUSED  # a listed name must be the listed object itself

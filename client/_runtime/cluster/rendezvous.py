@@ -9,9 +9,13 @@ releases a named barrier once every worker reached it. Both run on the I/O loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hmac
 import ipaddress
 import os
 import socket
+import stat
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -28,6 +32,9 @@ __all__ = [
     "publish_address",
     "read_address",
     "withdraw_address",
+    "local_token_path",
+    "publish_local_token",
+    "read_local_token",
     "RendezvousHost",
     "BarrierHost",
     "FILE_SCHEME",
@@ -67,54 +74,168 @@ def _split(address: str, what: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def publish_address(path: str, address: str) -> None:
-    """Rank 0 of a ``file://`` rendezvous: write ``address`` to ``path`` (atomically, readable
-    by this user only; the cluster token never goes there).
+def _proof(token: str, address: str) -> str:
+    """What a ``file://`` rendezvous file carries besides the address: an HMAC of the address
+    under the cluster token, so a follower dials only an address that someone holding the
+    token wrote."""
+    return hmac.new(
+        token.encode(), b"gradwire file rendezvous\n" + address.encode(), "sha256"
+    ).hexdigest()
+
+
+def publish_address(path: str, address: str, token: str | None = None) -> None:
+    """Rank 0 of a ``file://`` rendezvous: write ``address`` to ``path`` atomically.
+
+    The file is written under a fresh, unpredictable name beside ``path`` (created exclusively,
+    never through a symlink, readable by this user only) and renamed over ``path`` (a symlink
+    planted there is replaced, never followed). With a configured ``token`` the file also
+    carries :func:`_proof` of the address; the token itself never goes there.
 
     Raises:
         RpcInitError: the file cannot be written.
     """
-    tmp = f"{path}.{os.getpid()}.tmp"
+    folder, name = os.path.split(os.path.abspath(path))
+    body = f"{address}\n" + (f"{_proof(token, address)}\n" if token else "")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise RpcInitError(f"file:// rendezvous: cannot write {path!r}: {exc}") from exc
+    try:
         with os.fdopen(fd, "w") as f:
-            f.write(f"{address}\n")
+            f.write(body)
         os.replace(tmp, path)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
         raise RpcInitError(f"file:// rendezvous: cannot write {path!r}: {exc}") from exc
 
 
-def read_address(path: str, timeout: float) -> str:
+def _read_own_file(path: str) -> str:
+    """The first 512 bytes of ``path``, refusing a symlink, a file of another user or one that
+    others may write (RpcInitError); OSError when it cannot be opened (not there yet)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        problem = ""
+        if not stat.S_ISREG(st.st_mode):
+            problem = "is not a regular file"
+        elif hasattr(os, "getuid") and st.st_uid != os.getuid():
+            problem = f"belongs to user id {st.st_uid}, not to this worker's user ({os.getuid()})"
+        elif st.st_mode & 0o022:
+            problem = f"may be written by others (mode {stat.S_IMODE(st.st_mode):o})"
+        if problem:
+            raise RpcInitError(
+                f"file:// rendezvous: {path!r} {problem}; it was not written by rank 0 of this "
+                "cluster (which writes it as this user, mode 600), so this worker will not dial "
+                "the address in it; remove it or choose a path in a folder only you can write"
+            )
+        with os.fdopen(os.dup(fd), "r") as f:
+            return f.read(512)
+    finally:
+        os.close(fd)
+
+
+def read_address(path: str, timeout: float, token: str | None = None) -> str:
     """The other ranks of a ``file://`` rendezvous: rank 0's address, once it wrote it.
 
+    The file must be this user's own and writable by no one else; with a configured ``token``
+    it must carry the address's proof under that token (:func:`publish_address`).
+
     Raises:
-        RpcInitError: no valid address appeared in ``path`` within ``timeout`` seconds.
+        RpcInitError: no valid address appeared in ``path`` within ``timeout`` seconds, or the
+            file is not one rank 0 of this cluster wrote (another user's, others may write it,
+            or its proof does not match the token).
     """
     deadline = time.monotonic() + timeout
+    why = "rank 0 wrote no address to it"
     while True:
         try:
-            with open(path) as f:
-                address = f.read(512).strip()
-            _split(address, f"address in {path!r}")
-            return address
-        except (OSError, RpcInitError):
-            if time.monotonic() >= deadline:
-                raise RpcInitError(
-                    f"rendezvous timed out after {timeout} s: rank 0 wrote no address to {path!r}"
-                ) from None
-            time.sleep(_FILE_POLL_SECONDS)
+            lines = _read_own_file(path).split("\n")
+        except OSError:
+            lines = []
+        address = lines[0].strip() if lines else ""
+        proof = lines[1].strip() if len(lines) > 1 else ""
+        if address:
+            try:
+                _split(address, "address")
+            except RpcInitError:
+                why = f"it holds {address[:64]!r}, which is not host:port"
+            else:
+                if not token:
+                    return address
+                if hmac.compare_digest(proof, _proof(token, address)):
+                    return address
+                # A file of an earlier run, or of someone without the token: rank 0 replaces it.
+                why = (
+                    f"the address there ({address}) does not carry the proof of this cluster's "
+                    "token, so it was not written by a rank 0 with the same GRADWIRE_TOKEN and "
+                    "this worker did not send its token there"
+                )
+        if time.monotonic() >= deadline:
+            raise RpcInitError(f"file:// rendezvous timed out after {timeout} s on {path!r}: {why}")
+        time.sleep(_FILE_POLL_SECONDS)
 
 
 def withdraw_address(path: str, address: str) -> None:
     """Rank 0 stopping: remove ``path`` if it still holds its ``address`` (a later run may
     reuse the file name)."""
     try:
-        with open(path) as f:
-            if f.read(512).strip() != address:
-                return
+        if _read_own_file(path).split("\n")[0].strip() != address:
+            return
         os.remove(path)
-    except OSError:
+    except (OSError, RpcInitError):
         pass
+
+
+def _private_folder() -> str:
+    """This user's own folder for rendezvous secrets (mode 700, created if missing; refused if
+    another user owns it, others may write it or it is a symlink)."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    folder = os.path.join(tempfile.gettempdir(), f"gradwire-{uid}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(folder, 0o700)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & 0o077:
+        raise RpcInitError(
+            f"{folder!r} is not a private folder of this user (mode 700): remove it; gradwire "
+            "keeps the token of a local group there"
+        )
+    return folder
+
+
+def local_token_path(port: int) -> str:
+    """Where the host of a dynamic group on this machine, started without a token, keeps the
+    token it made up, for members of the same user (``publish_local_token``)."""
+    return os.path.join(_private_folder(), f"group-{int(port)}.token")
+
+
+def publish_local_token(port: int, token: str) -> str:
+    """The host of a dynamic group without a configured token: write the token it made up to
+    :func:`local_token_path` (this user only), so that members started by the same user on this
+    machine can join; nobody else learns it (no reply to a Join without it carries it).
+
+    Returns:
+        The file's path (removed again by :func:`withdraw_address` at shutdown).
+    """
+    path = local_token_path(port)
+    publish_address(path, token)
+    return path
+
+
+def read_local_token(port: int, timeout: float) -> str | None:
+    """A member of a dynamic group on this machine with no token: the token its host made up,
+    once written (None when none appears within ``timeout``, or it is not this user's file)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            token = _read_own_file(local_token_path(port)).split("\n")[0].strip()
+        except OSError:
+            token = ""
+        except RpcInitError:
+            return None
+        if token or time.monotonic() >= deadline:
+            return token or None
+        time.sleep(_FILE_POLL_SECONDS)
 
 
 def route_to(host: str) -> str:
@@ -230,6 +351,15 @@ class RendezvousHost:
                     "invalid device maps: " + "; ".join(problems) + " (see docs/gpu.md)"
                 )
             self._done.set()
+
+    def waits_for(self, rank: int) -> bool:
+        """True while ``rank`` has not joined and the rendezvous is neither complete nor failed."""
+        return (
+            not self._done.is_set()
+            and not self.error
+            and rank not in self.members
+            and len(self.members) < self.world_size
+        )
 
     async def wait(self, timeout: float) -> pb.JoinReply:
         """Wait until everyone joined. Raises RpcInitError on failure or timeout."""
