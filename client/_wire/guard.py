@@ -2,8 +2,8 @@
 
 Defence in depth behind the callable policy. A Python audit hook (PEP 578) watches the
 events that reach outside the process: opening files, starting processes or threads, sockets,
-file-system changes, ``ctypes``, ``mmap`` of a file, compiling or executing code, and importing
-a module not yet loaded (except modules of the standard library, gradwire and NumPy, which
+file-system changes, ``ctypes``, ``mmap`` of a file, compiling or executing code, rewriting a
+function's code or defaults or a class's name or bases, and importing a module not yet loaded (except modules of the standard library, gradwire and NumPy, which
 their lazy imports need). While a thread runs *guarded* code (a callable that only the reviewed
 default lists allow, or the unpickling of a peer's payload), such an event raises
 :class:`PolicyError`, naming the event and the callable; the operation does not happen, the
@@ -37,8 +37,11 @@ REFUSED_EVENTS: frozenset[str] = frozenset(
     os.add_dll_directory pty.spawn exec compile code.__new__ function.__new__
     pickle.find_class sys.addaudithook sys.settrace sys.setprofile
     sys._current_frames sys.remote_exec _thread.start_new_thread
-    webbrowser.open tempfile.mkstemp tempfile.mkdtemp""".split()
+    webbrowser.open tempfile.mkstemp tempfile.mkdtemp object.__setattr__ object.__delattr__""".split()
 )
+# object.__setattr__ / object.__delattr__: CPython raises them for writes that change code or
+# how it is found: a function's __code__, __defaults__ and __kwdefaults__, a class's __module__,
+# __name__, __qualname__ and __bases__ (issue 36: a peer may build values, never change code).
 # Not refused: marshal.loads. Importing a module from its bytecode cache raises it (with no file
 # name to tell gradwire's from others); a code object it makes runs only through exec or a new
 # function, which are refused. Nor sys._getframe: every logging call raises it (findCaller),
