@@ -35,6 +35,8 @@ __all__ = [
     "loads",
     "dumps_plain",
     "loads_plain",
+    "resolve_global",
+    "integrity_refusal",
     "PROTOCOL",
 ]
 
@@ -190,6 +192,37 @@ class _Pickler(pickle.Pickler):
         return pid
 
 
+def resolve_global(policy: CallablePolicy, module: str, name: str, worker: str) -> Any:
+    """A pickle's global ``module:name``, as ``find_class`` must hand it out: resolved by the
+    policy, and only a class, a routine or an object pickled by name (``integrity.nameable``).
+
+    Raises:
+        PolicyError: the policy refuses the name, or it is a program's data.
+        SerializationError: the name does not resolve.
+    """
+    with guard.suspended():  # resolving may import the program's own modules
+        obj = policy.resolve(module, name, worker, what="global")
+        if policy.trust_everything or integrity.nameable(obj, PROTOCOL):
+            return obj
+    raise policy.refusal(
+        f"global {module}:{name}",
+        worker,
+        f"it is {integrity.describe(obj)}, and a payload may name only classes, functions "
+        "and objects pickled by name, never a program's data",
+    )
+
+
+def integrity_refusal(exc: integrity.Mutation, peer: str, worker: str) -> PolicyError:
+    """The PolicyError for a payload that tried to change what it did not create."""
+    src = f" from worker {peer!r}" if peer else ""
+    where = f" on worker {worker!r}" if worker else ""
+    return PolicyError(
+        f"a payload{src} tried to {exc}{where}: a payload may build new values, never change "
+        "or reach into the worker's classes, functions and shared objects; nothing was changed "
+        "(only rpc_backend_options trust_everything=True lifts this; docs/security.md)"
+    )
+
+
 class _Resolving:
     """``find_class`` through the callee's policy and side-table references through the
     decoders, for both unpicklers (the C one and :class:`integrity.CheckedUnpickler`)."""
@@ -201,17 +234,7 @@ class _Resolving:
         self._ctx = ctx
 
     def resolve_global(self, module: str, name: str) -> Any:
-        policy = self._ctx.policy
-        with guard.suspended():  # resolving may import the program's own modules
-            obj = policy.resolve(module, name, self._ctx.worker, what="global")
-            if policy.trust_everything or integrity.nameable(obj, PROTOCOL):
-                return obj
-        raise policy.refusal(
-            f"global {module}:{name}",
-            self._ctx.worker,
-            f"it is {integrity.describe(obj)}, and a payload may name only classes, functions "
-            "and objects pickled by name, never a program's data",
-        )
+        return resolve_global(self._ctx.policy, module, name, self._ctx.worker)
 
     def find_class(self, module: str, name: str) -> Any:
         return self.resolve_global(module, name)
@@ -324,16 +347,6 @@ def dumps(obj: Any, ctx: EncodeContext) -> bytes:
     return buf.getvalue()
 
 
-def _integrity_refusal(exc: integrity.Mutation, ctx: DecodeContext) -> PolicyError:
-    src = f" from worker {ctx.peer!r}" if ctx.peer else ""
-    where = f" on worker {ctx.worker!r}" if ctx.worker else ""
-    return PolicyError(
-        f"a payload{src} tried to {exc}{where}: a payload may build new values, never change "
-        "or reach into the worker's classes, functions and shared objects; nothing was changed "
-        "(only rpc_backend_options trust_everything=True lifts this; docs/security.md)"
-    )
-
-
 def loads(data: Any, ctx: DecodeContext) -> Any:
     """Unpickle ``data`` under ``ctx.policy``, rebuilding side-table objects.
 
@@ -364,7 +377,7 @@ def loads(data: Any, ctx: DecodeContext) -> Any:
         with guard.guarded(f"unpickling a payload{src}", ctx.worker):
             return unpickler.load()
     except integrity.Mutation as exc:
-        raise _integrity_refusal(exc, ctx) from None
+        raise integrity_refusal(exc, ctx.peer, ctx.worker) from None
     except PropagateError as exc:
         raise exc.error from None
     except (PolicyError, SerializationError):

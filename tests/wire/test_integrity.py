@@ -376,3 +376,16 @@ def test_setattr_on_code_is_refused_in_guarded_code() -> None:
     )
     victim.__defaults__ = (5,)  # unguarded: the program's own code may
     assert victim() == 7
+
+
+def test_the_internal_rpc_pickler_refuses_the_same_payloads() -> None:
+    from gradwire.distributed.rpc.internal import PythonUDF, _internal_rpc_pickler
+
+    attack = call_body(
+        build_on(op_global("gradwire.nn", "Linear", 5), (None, {"forward": F.relu}), 5), 5
+    )
+    with pytest.raises(PolicyError, match="gradwire.nn:Linear, which it did not create"):
+        _internal_rpc_pickler.deserialize(attack, [])
+    assert not _linear_forward_changed()
+    data, table = _internal_rpc_pickler.serialize(PythonUDF(gw.add, (gw.ones(2), 1), None))
+    assert _internal_rpc_pickler.deserialize(data, table).func is gw.add

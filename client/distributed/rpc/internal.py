@@ -21,8 +21,8 @@ from typing import Any
 
 from ..._runtime import agent as _agent
 from ..._tensor import Tensor
-from ..._wire import guard
-from ..._wire.pickler import PROTOCOL
+from ..._wire import guard, integrity
+from ..._wire.pickler import PROTOCOL, integrity_refusal, resolve_global
 from ..._wire.policy import CallablePolicy
 from ...errors import PolicyError, RRefError, SerializationError
 from .rref import RRef
@@ -72,18 +72,22 @@ class _TablePickler(pickle.Pickler):
         return None
 
 
-class _TableUnpickler(pickle.Unpickler):
+class _Table:
+    """``find_class`` by the policy and tensors from the table, for both unpicklers."""
+
     def __init__(
         self, file: io.BytesIO, table: list[Any], policy: CallablePolicy, worker: str
     ) -> None:
-        super().__init__(file)
+        super().__init__(file)  # type: ignore[call-arg]
         self._table = table
         self._policy = policy
         self._worker = worker
 
+    def resolve_global(self, module: str, name: str) -> Any:
+        return resolve_global(self._policy, module, name, self._worker)
+
     def find_class(self, module: str, name: str) -> Any:
-        with guard.suspended():  # resolving may import the program's own modules
-            return self._policy.resolve(module, name, self._worker, what="global")
+        return self.resolve_global(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
         if (
@@ -95,6 +99,15 @@ class _TableUnpickler(pickle.Unpickler):
         ):
             return self._table[pid[1]]
         raise SerializationError(f"unknown tensor table reference {pid!r} in the pickle")
+
+
+class _TableUnpickler(_Table, pickle.Unpickler):
+    pass
+
+
+class _CheckedTableUnpickler(_Table, integrity.CheckedUnpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        return integrity.CheckedUnpickler.find_class(self, module, name)
 
 
 class _InternalRPCPickler:
@@ -135,12 +148,17 @@ class _InternalRPCPickler:
             from ..._runtime.cluster.options import GrpcRpcBackendOptions
 
             policy, worker = GrpcRpcBackendOptions().policy(), ""
-        unpickler = _TableUnpickler(io.BytesIO(binary_data), list(tensor_table), policy, worker)
         try:
+            checked = not policy.trust_everything and integrity.scan(binary_data)
+            unpickler = (_CheckedTableUnpickler if checked else _TableUnpickler)(
+                io.BytesIO(binary_data), list(tensor_table), policy, worker
+            )
             if not policy.guarded:
                 return unpickler.load()
             with guard.guarded("unpickling with _internal_rpc_pickler", worker):
                 return unpickler.load()
+        except integrity.Mutation as exc:
+            raise integrity_refusal(exc, "", worker) from None
         except (PolicyError, SerializationError):
             raise
         except Exception as exc:
