@@ -369,7 +369,9 @@ def loads(data: Any, ctx: DecodeContext) -> Any:
         policy = ctx.policy
         if policy.trust_everything:
             return _Unpickler(io.BytesIO(data), ctx).load()
-        checked = integrity.scan(data)
+        checked = integrity.scan(
+            data, lambda module, name: resolve_global(policy, module, name, ctx.worker)
+        )
         unpickler = (_CheckedUnpickler if checked else _Unpickler)(io.BytesIO(data), ctx)
         if not policy.guarded:
             return unpickler.load()

@@ -10,6 +10,7 @@ puts the target back. ``tests/rpc/test_integrity_attacks.py`` sends some of them
 from __future__ import annotations
 
 import dataclasses
+import enum
 import fractions
 import operator
 import pickle
@@ -259,6 +260,18 @@ class Tagged(ValueError):
     """An exception with an attribute besides its args (pickled with a BUILD)."""
 
 
+class WithNew:
+    """A class with a __new__ of its own (it could return a cached instance)."""
+
+    def __new__(cls) -> WithNew:
+        return super().__new__(cls)
+
+
+class Color(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+
 def _shared_cycle() -> list[Any]:
     a: list[Any] = [1]
     a.append(a)
@@ -279,6 +292,7 @@ LEGIT: list[Any] = [
     F.relu,
     gw.nn.Linear,
     range(3),
+    Color.BLUE,
 ]
 
 
@@ -304,6 +318,34 @@ def test_exceptions_with_attributes_and_cycles_arrive(proto: int) -> None:
     assert isinstance(err, Tagged) and err.code == 7 and str(err) == "bad"
     cycle = _loads(pickle.dumps((None, (_shared_cycle(),), {}), proto, fix_imports=False))[1][0]
     assert cycle[0] == 1 and cycle[1] is cycle
+
+
+def test_values_known_to_be_new_skip_the_checked_unpickler_and_others_do_not() -> None:
+    policy = CallablePolicy()
+
+    def resolve(module: str, name: str) -> Any:
+        return pickler.resolve_global(policy, module, name, "w")
+
+    def scanned(value: Any) -> bool:
+        return integrity.scan(pickle.dumps((None, (value,), {}), 5), resolve)
+
+    assert scanned(Point(1, [2])) is False  # object.__new__: new, its BUILD needs no check
+    assert scanned(np.array([Point(1, [])], dtype=object)) is False  # dtype copy, _reconstruct
+    assert scanned(Tagged("x")) is False  # an exception's __new__ allocates
+    custom = WithNew()
+    custom.x = 1  # type: ignore[attr-defined]
+    assert scanned(custom) is True  # a __new__ of its own may hand out anything: checked live
+    # a dtype asked for without a copy is a singleton: its BUILD is checked on the live object
+    singleton = call_body(
+        reduce_of("numpy", "dtype", ("f8", False, False), 5)
+        + value_ops((3, "<", None, None, None, -1, -1, 0), 5)
+        + pickle.BUILD,
+        5,
+    )
+    assert integrity.scan(singleton, resolve) is True
+    with pytest.raises(PolicyError, match="numpy.dtype"):
+        _loads(singleton)
+    assert np.dtype("f8").byteorder == "="
 
 
 def test_most_payloads_skip_the_checked_unpickler() -> None:

@@ -149,7 +149,9 @@ class _InternalRPCPickler:
 
             policy, worker = GrpcRpcBackendOptions().policy(), ""
         try:
-            checked = not policy.trust_everything and integrity.scan(binary_data)
+            checked = not policy.trust_everything and integrity.scan(
+                binary_data, lambda module, name: resolve_global(policy, module, name, worker)
+            )
             unpickler = (_CheckedTableUnpickler if checked else _TableUnpickler)(
                 io.BytesIO(binary_data), list(tensor_table), policy, worker
             )
