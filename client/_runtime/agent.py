@@ -301,6 +301,11 @@ class Agent:
         events.on_peer_lost(self._barriers_forget)
         events.on_peer_lost(lambda peer, _why: self.rref.on_peer_lost(peer.id))
         events.on_peer_lost(lambda peer, _why: self.membership.forget_lost(peer))
+        # ... and one that answers again (a healed partition) is waited for again.
+        events.on_peer_back(self._barriers_back)
+        events.on_peer_back(lambda peer: self.autograd.on_peer_back(peer.id))
+        events.on_peer_back(lambda peer: self.rref.on_peer_back(peer.id))
+        events.on_peer_back(self.membership.remember_back)
         # Dynamic groups: a member that joined is watched and reachable at once; one that left
         # is departed: calls to it fail at once naming it so, its dist-autograd contexts are
         # released, the RRef service stops waiting for it. Calls already sent to it are not
@@ -356,6 +361,10 @@ class Agent:
     def _barriers_forget(self, peer: Peer, _why: str) -> None:
         if self.barriers is not None:  # rank 0: the shutdown barriers stop waiting for it
             io_loop().call_soon_threadsafe(self.barriers.mark_gone, peer.id)
+
+    def _barriers_back(self, peer: Peer) -> None:
+        if self.barriers is not None:  # rank 0: a healed peer is waited for again
+            io_loop().call_soon_threadsafe(self.barriers.mark_back, peer.id)
 
     # -- identity and peers (read by the servers and the public API) ---------------------------
 

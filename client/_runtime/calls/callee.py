@@ -26,6 +26,7 @@ from ..._wire.pickler import EncodeContext
 from ...errors import (
     GradwireError,
     MessageTooLargeError,
+    RpcError,
     SerializationError,
     TooManyRequestsError,
     WorkerUnavailableError,
@@ -388,6 +389,11 @@ class Callee:
             calls.give_back(ctx)
             if isinstance(exc, SerializationError) and "result of" not in str(exc):
                 exc = SerializationError(f"result of {call.function} cannot be sent: {exc}")
+            elif isinstance(exc, OSError):  # the transport (out of descriptors, say), not f
+                exc = RpcError(
+                    f"worker {me.name!r} ran {call.function}, but its transport could not send "
+                    f"the result: {type(exc).__name__}: {exc}"
+                )
             return self.encode_error(call, exc)
 
     def encode_error(self, call: pb.CallHeader, exc: BaseException) -> Reply:

@@ -57,6 +57,12 @@ __all__ = ["Caller"]
 log = logging.getLogger(__name__)
 
 
+def _left_of(timeout: float | None, started: float) -> float | None:
+    """What is left of ``timeout`` seconds since ``started`` (at least a millisecond: the call
+    then fails as timed out)."""
+    return None if timeout is None else max(0.001, timeout - (time.monotonic() - started))
+
+
 class Caller:
     """Sends calls for one worker and tracks the pending ones.
 
@@ -119,8 +125,13 @@ class Caller:
             raise RpcError(
                 "rpc_sync() on gradwire's I/O loop thread would deadlock; use rpc_async()"
             )
-        # rpc_sync: the arguments' bulk-lane bytes and the call itself on one lane connection.
-        with self._transport.pinned(peer, here=blocking):
+        # rpc_sync: the arguments' bulk-lane bytes and the call itself on one lane connection;
+        # a lane connection opened for them counts against the call's timeout.
+        began = time.monotonic()
+        with (
+            self._transport.pinned(peer, here=blocking),
+            self._transport.within(None if timeout is None else began + timeout),
+        ):
             me = self._ctx
             name, bound_self = calls.function_name(fn)
             header = pb.CallHeader(
@@ -151,7 +162,7 @@ class Caller:
                 if single:
                     frame = one_frame(first, buffers)
             what = f"rpc to {name}"
-            started = time.monotonic()
+            started = began
             choice = choose_route(
                 peer,
                 one_frame=single,
@@ -168,11 +179,14 @@ class Caller:
                 try:
                     with blocking_region():
                         if choice.route is CALL_STREAM:
-                            reply = self._transport.call(choice.address, frame, timeout, peer)
+                            left = _left_of(timeout, started)
+                            reply = self._transport.call(choice.address, frame, left, peer)
                             msg = self._assemble_one(peer, reply)
                         else:  # FRAMED_STREAM
                             frames = split(first, buffers, me.options.chunk_bytes)
-                            replies = self._transport.stream(choice.address, frames, timeout)
+                            replies = self._transport.stream(
+                                choice.address, frames, _left_of(timeout, started)
+                            )
                             msg = self._assemble(peer, replies)
                     self._finish(peer, call, msg, fut, what, started, timeout)
                 except grpc.RpcError as exc:

@@ -51,6 +51,7 @@ class ClusterEvents:
         self.departed: dict[int, float] = {}
         self._on_state: list[Callable[[AgentState], None]] = []
         self._on_peer_lost: list[Callable[[Peer, str], None]] = []
+        self._on_peer_back: list[Callable[[Peer], None]] = []
         self._on_peer_joined: list[Callable[[Peer], None]] = []
         self._on_peer_left: list[Callable[[Peer], None]] = []
 
@@ -87,9 +88,14 @@ class ClusterEvents:
             except Exception:
                 log.exception("peer-lost listener failed")
 
+    def on_peer_back(self, listener: Callable[[Peer], None]) -> None:
+        """Call ``listener(peer)`` when a peer declared lost answers again."""
+        self._on_peer_back.append(listener)
+
     def peer_back(self, peer: Peer) -> None:
-        """A peer declared lost answers again."""
-        self.lost.pop(peer.id, None)
+        """A peer declared lost answers again: tell every subscriber."""
+        if self.lost.pop(peer.id, None) is not None:
+            self._publish(self._on_peer_back, peer, "peer-back")
 
     def peer_joined(self, peer: Peer) -> None:
         """``peer`` joined the group: tell every subscriber."""

@@ -27,8 +27,12 @@ The detector runs while the agent is RUNNING or SHUTTING_DOWN, so a peer killed 
 graceful shutdown does not hold the survivors at the barrier until its timeout.
 
 A refused connection (the peer's process is gone, its port closed) is "unreachable" like a
-black hole; only the grace period tells a partition that heals from a death. A peer that
-answers again after being declared lost is simply reachable again (logged).
+black hole; only the grace period tells a partition that heals from a death. So a lost peer
+is probed on, every ``RECOVERY_PROBE_SECONDS`` at most (one thread per *lost* peer, none for
+the healthy ones): once it answers, it is alive again (``ClusterEvents.peer_back``, a
+``PeerBack`` control event): its lost mark goes, the shutdown barriers wait for it again and its
+channel is watched again. What was released when it was lost stays released (its calls failed,
+its contexts and RRefs were reclaimed on both sides), so nothing stale is left.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ _SUSPICIOUS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: Running, or shutting down (a peer dying then must not hold the shutdown barriers).
 _WATCHED_STATES = (AgentState.RUNNING, AgentState.SHUTTING_DOWN)
 _DROPPED = (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.TRANSIENT_FAILURE)
+#: The longest pause between two probes of a lost peer (they start at 0.25 s and double).
+RECOVERY_PROBE_SECONDS = 2.0
 
 
 class Liveness:
@@ -82,6 +88,8 @@ class Liveness:
         self._probing: dict[int, threading.Thread] = {}
         #: worker id -> (time.time() when declared lost, reason)
         self.lost = events.lost
+        #: what the last failed probe said (for the "lost" reason)
+        self._last_error = ""
         #: worker id -> the channel watched and its callback
         self._subscriptions: dict[int, tuple[grpc.Channel, Callable[..., None]]] = {}
 
@@ -195,20 +203,14 @@ class Liveness:
         try:
             while not self._stopped.is_set():
                 left = started + grace - time.monotonic()
-                try:
-                    self._transport.health(peer.dial, max(0.05, min(1.0, left)))
-                    if peer.id in self.lost:
-                        log.warning("%s: worker %r answers again", ctx.name, peer.name)
-                        self._events.peer_back(peer)
-                        transport.set_lost(peer.name, None)
+                if self._answers(peer, max(0.05, min(1.0, left))):
+                    self._back(peer)
                     return
-                except grpc.RpcError as exc:
-                    if exc.code() not in _SUSPICIOUS:
-                        return  # it answered something: the process is there
-                    why = f"{exc.code().name}: {exc.details()}"
+                why = self._last_error
                 left = started + grace - time.monotonic()
                 if left <= 0:
-                    self._declare_lost(peer, f"unreachable for {grace:g} s ({why})")
+                    if self._declare_lost(peer, f"unreachable for {grace:g} s ({why})"):
+                        self._watch_lost(peer)
                     return
                 self._stopped.wait(min(delay, left))
                 delay = min(1.0, delay * 2)
@@ -218,17 +220,57 @@ class Liveness:
             with self._lock:
                 self._probing.pop(peer.id, None)
 
-    def _declare_lost(self, peer: Peer, why: str) -> None:
-        if self._events.state not in _WATCHED_STATES:
+    def _answers(self, peer: Peer, seconds: float) -> bool:
+        """One health probe: True when the process answered (anything but unreachable)."""
+        try:
+            self._transport.health(peer.dial, seconds)
+            return True
+        except grpc.RpcError as exc:
+            if exc.code() not in _SUSPICIOUS:
+                return True  # it answered something: the process is there
+            self._last_error = f"{exc.code().name}: {exc.details()}"
+            return False
+
+    def _watch_lost(self, peer: Peer) -> None:
+        """A lost peer is probed on (every ``RECOVERY_PROBE_SECONDS`` at most, on this probe's
+        thread, only while it is lost) so that a healed partition heals: once it answers, it
+        is marked alive again."""
+        delay = 0.25
+        while not self._stopped.is_set() and peer.id in self.lost:
+            if self._ctx.peers.by_id.get(peer.id) != peer:
+                return  # it left its dynamic group, or another worker took its rank
+            if self._answers(peer, 1.0):
+                self._back(peer)
+                return
+            self._stopped.wait(delay)
+            delay = min(RECOVERY_PROBE_SECONDS, delay * 2)
+
+    def _back(self, peer: Peer) -> None:
+        if peer.id not in self.lost:
             return
+        log.warning("%s: worker %r answers again: alive", self._ctx.name, peer.name)
+        transport.set_lost(peer.name, None)
+        self._events.peer_back(peer)
+        self._control.emit(
+            pb.ControlEvent(kind="PeerBack", direction="received", peer=peer.name, time=time.time())
+        )
+        if not self._stopped.is_set():
+            self.watch(peer)  # its old channel was closed when it was lost
+
+    def _declare_lost(self, peer: Peer, why: str) -> bool:
+        """Publish ``peer`` as lost (True), unless this worker stopped watching or the peer
+        left (False)."""
+        if self._events.state not in _WATCHED_STATES:
+            return False
         if self._ctx.peers.by_id.get(peer.id) != peer:
-            return  # it left its dynamic group (or another worker took its rank)
+            return False  # it left its dynamic group (or another worker took its rank)
         transport.set_lost(peer.name, why)  # later failures to reach it say it is lost
         log.warning("%s: worker %r is lost: %s", self._ctx.name, peer.name, why)
         self._events.peer_lost(peer, why)
         self._control.emit(
             pb.ControlEvent(kind="PeerLost", direction="received", peer=peer.name, time=time.time())
         )
+        return True
 
     def debug_info(self) -> dict[str, object]:
         """``peers_lost``: names of the peers declared lost (and still not answering)."""

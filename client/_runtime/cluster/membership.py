@@ -91,6 +91,8 @@ class Membership:
         self._lock = threading.Lock()
         #: The members' rendezvous records (device maps are rebuilt from them), by id.
         self.infos: dict[int, pb.WorkerInfo] = {}
+        #: rank -> the info of a member declared lost (restored if it answers again)
+        self._forgotten: dict[int, pb.WorkerInfo] = {}
         self._host_lock: asyncio.Lock | None = None
         #: The host left: it admits no more joins.
         self._closed = False
@@ -151,6 +153,18 @@ class Membership:
             current = self.infos.get(peer.id)
             if current is not None and current.name == peer.name:
                 del self.infos[peer.id]
+                self._forgotten[peer.id] = current
+
+    def remember_back(self, peer: Peer) -> None:
+        """On the host: a member declared lost answers again; it keeps its name and rank unless
+        another worker took them meanwhile."""
+        if not self.hosting:
+            return
+        with self._lock:
+            info = self._forgotten.pop(peer.id, None)
+            if info is not None and info.name == peer.name and peer.id not in self.infos:
+                if all(other.name != peer.name for other in self.infos.values()):
+                    self.infos[peer.id] = info
 
     def _emit(self, kind: str, peer: str) -> None:
         if self._control.listening:

@@ -405,6 +405,10 @@ class BarrierHost:
             if len(arrived | self._gone) >= len(self._names):
                 self._events[key].set()
 
+    def mark_back(self, worker_id: int) -> None:
+        """On the I/O loop: ``worker_id``, declared lost, answers again: barriers wait for it."""
+        self._gone.discard(worker_id)
+
     async def arrive(
         self, name: str, generation: int, worker_id: int, timeout: float
     ) -> pb.BarrierReply:

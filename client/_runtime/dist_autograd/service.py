@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -36,7 +37,12 @@ from ..._wire import calls
 from ..._wire.exceptions import decode_exception, encode_exception
 from ..._wire.framing import Message, one_frame, split
 from ..._wire.pickler import EncodeContext
-from ...errors import RpcShutdownError, SerializationError
+from ...errors import (
+    RpcShutdownError,
+    RpcTimeoutError,
+    SerializationError,
+    WorkerUnavailableError,
+)
 from ...futures import Future, blocking_region
 from ..calls import hooks
 from ..calls.pool import ServingPool
@@ -53,6 +59,9 @@ from .engine import (
 )
 from .inflight import Call
 
+#: How long a clean-up message (ReleaseContext) is retried at most while its peer is not
+#: declared lost (then it waits for the peer to answer again: ``on_peer_back``).
+CLEANUP_SECONDS = 600.0
 #: How long released context ids are remembered when calls have no deadline (rpc_timeout 0).
 _NO_DEADLINE_MEMORY = 600.0
 
@@ -103,6 +112,9 @@ class DistAutogradService(hooks.CallHook):
         self.pool = pool
         self._control = control
         self._is_lost = is_lost
+        self._lock = threading.Lock()
+        #: worker id -> contexts whose release did not reach it (sent again if it answers)
+        self._undelivered: dict[int, set[int]] = {}
         self._ids = itertools.count(3 << 40)  # control message ids (the RRef service: 1 << 40)
         opts = me.options
         # Released context ids are remembered at least as long as a call can be in flight.
@@ -327,8 +339,13 @@ class DistAutogradService(hooks.CallHook):
         def done(_: Any, error: BaseException | None) -> None:
             if error is None:
                 out.set_result(None)
-            else:
-                out.set_exception(error)
+                return
+            if isinstance(error, (WorkerUnavailableError, RpcTimeoutError)):
+                # Not delivered (the peer lost, or cut off): sent again if it answers again,
+                # so no context is left behind after a healed partition.
+                with self._lock:
+                    self._undelivered.setdefault(dst, set()).add(context_id)
+            out.set_exception(error)
 
         self._control.emit(
             pb.ControlEvent(
@@ -339,7 +356,9 @@ class DistAutogradService(hooks.CallHook):
                 context_id=context_id,
             )
         )
-        deadline = time.monotonic() + (me.options.rpc_timeout or 60.0)
+        # Retried until delivered or the peer is declared lost (its failures make it a suspect),
+        # however short the rpc_timeout: a release given up on would leave the context there.
+        deadline = time.monotonic() + max(me.options.rpc_timeout or 60.0, CLEANUP_SECONDS)
         RetryingSend(
             self.pool, self._is_lost, peer, "ReleaseContext", start, deadline, done
         ).start()
@@ -403,6 +422,17 @@ class DistAutogradService(hooks.CallHook):
             fut.add_done_callback(_log_failure(context_id, dst))
             futures.append(fut)
         return futures
+
+    def on_peer_back(self, worker_id: int) -> None:
+        """``worker_id``, declared lost or unreachable, answers again: tell it to drop the
+        contexts whose release it missed."""
+        with self._lock:
+            missed = sorted(self._undelivered.pop(worker_id, ()))
+        for context_id in missed:
+            log.info("ReleaseContext %d sent again to worker %d", context_id, worker_id)
+            self.release_context(worker_id, context_id).add_done_callback(
+                _log_failure(context_id, worker_id)
+            )
 
     def on_peer_lost(self, worker_id: int) -> None:
         """Reclaim the contexts a dead worker created."""

@@ -96,10 +96,12 @@ class RRefCalls:
             timeout_seconds=timeout or 0.0,
         )
         ctx = EncodeContext(peer=peer.name, device_map=me.device_maps.request(peer.name))
+        deadline = None if not timeout else time.monotonic() + timeout
         try:
-            first, buffers = calls.encode_body(
-                pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
-            )
+            with svc.transport.within(deadline):  # a lane connection for its tensors: in time
+                first, buffers = calls.encode_body(
+                    pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
+                )
             size = calls.total_bytes(buffers)
             if calls.payload_bytes(first, size) > me.options.max_message_bytes:
                 raise MessageTooLargeError(

@@ -36,7 +36,12 @@ from typing import Any
 
 from ..._proto import worker_pb2 as pb
 from ..._wire.pickler import EncodeContext
-from ...errors import InvalidFutureStateError, RRefLeakError, WorkerUnavailableError
+from ...errors import (
+    InvalidFutureStateError,
+    RpcTimeoutError,
+    RRefLeakError,
+    WorkerUnavailableError,
+)
 from ...futures import Future
 from ..calls.pool import ServingPool
 from ..cluster.context import WorkerContext
@@ -49,6 +54,13 @@ from .messages import ChildAck, ControlMessage, ForkAccepted, ForkRequest, RRefD
 from .protocol import RRefHandle, RRefProtocol
 from .shutdown import check_leaks, drain, fork_tree
 from .wire import REQUESTS, from_gid, request_of, to_gid
+
+#: Failures of a message that may yet be delivered: the peer did not answer in time, or could
+#: not be reached (lost, cut off); not a refusal.
+_UNREACHED = (WorkerUnavailableError, RpcTimeoutError)
+#: How long a clean-up message (RRefDelete, ChildAck) is retried at most while its peer is not
+#: declared lost (then it waits for the peer to answer again: ``on_peer_back``).
+CLEANUP_SECONDS = 600.0
 
 __all__ = ["RRefService", "FaultHook"]
 
@@ -114,6 +126,8 @@ class RRefService:
         self._in_flight = 0
         # Control messages waiting for a sender, and the senders running, per destination.
         self._outbox: dict[int, collections.deque[ControlMessage]] = {}
+        #: dest -> clean-up messages it did not get (unreachable), sent again if it answers
+        self._redeliver: dict[int, list[ControlMessage]] = {}
         self._sending: dict[int, int] = {}
         # Forks whose confirmation can never come (ForkRequest or RemoteCall given up on).
         self._failed: dict[GloballyUniqueId, BaseException] = {}
@@ -199,7 +213,10 @@ class RRefService:
                 self.track(-1)
                 self._pump(msg.dest)
 
-        deadline = time.monotonic() + self.control_budget
+        budget = self.control_budget
+        if isinstance(msg, (RRefDelete, ChildAck)):  # clean-up: until delivered or lost
+            budget = max(budget, CLEANUP_SECONDS)
+        deadline = time.monotonic() + budget
         if msg.dest not in peers and msg.dest not in peers.departed:
             done(None, RRefProtocolError(f"no worker {msg.dest} in this cluster"))
             return
@@ -210,6 +227,21 @@ class RRefService:
     def _answered(self, msg: ControlMessage, reply: Any, error: BaseException | None) -> None:
         method = REQUESTS[type(msg)][0]
         if error is not None:
+            if isinstance(msg, (RRefDelete, ChildAck)) and isinstance(error, _UNREACHED):
+                # Idempotent clean-up: sent again if the peer answers again (a healed
+                # partition), so its owner or parent does not keep the fork for ever.
+                with self._lock:
+                    self._redeliver.setdefault(msg.dest, []).append(msg)
+                log.info(
+                    "%s for RRef %s fork %s to worker %s not delivered (%s); sent again if it "
+                    "answers again",
+                    method,
+                    msg.rref_id,
+                    msg.fork_id,
+                    self.ctx.peer_name(msg.dest),
+                    error,
+                )
+                return
             log.warning(
                 "%s for RRef %s fork %s to worker %s failed for good: %s (the RRef may leak)",
                 method,
@@ -248,6 +280,19 @@ class RRefService:
                 len(dropped),
                 self.ctx.peer_name(worker_id),
             )
+
+    def on_peer_back(self, worker_id: int) -> None:
+        """``worker_id``, declared lost or unreachable, answers again: send it the clean-up
+        messages (deletes, child acks) it missed."""
+        with self._lock:
+            missed = self._redeliver.pop(worker_id, [])
+        if missed:
+            log.info(
+                "sending %d RRef clean-up message(s) again to worker %s",
+                len(missed),
+                self.ctx.peer_name(worker_id),
+            )
+            self.send(missed)
 
     def track(self, delta: int) -> None:
         """Count a send (or a RemoteCall) in flight, for the shutdown drain."""

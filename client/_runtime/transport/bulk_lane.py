@@ -138,6 +138,8 @@ class _PeerLinks:
         self.unreachable_until = 0.0
         #: False once the peer's listener said it takes no calls (``MAGIC_V1``).
         self.takes_calls = True
+        #: A connection is being opened in the background (``BulkLane._warm``).
+        self.warming = False
 
     def pool(self, calls: bool) -> _Conns:
         return self.calls if calls else self.transfers
@@ -207,11 +209,29 @@ class BulkLane(LaneCalls):
         return f"[{adv}]:{port}" if ":" in adv else f"{adv}:{port}"
 
     def _accept(self, listener: socket.socket) -> None:
+        """Accept until the lane closes. Out of file descriptors or memory (EMFILE, ENFILE,
+        ENOBUFS, ENOMEM), it backs off (up to a second) and tries again, logging once, and
+        recovers when resources return; only the closing flag ends it."""
+        pause = 0.0
         while True:
             try:
                 conn, _ = listener.accept()
-            except OSError:  # closed at shutdown
-                return
+            except OSError as exc:
+                if self._closed or listener.fileno() == -1:
+                    return  # closed at shutdown
+                if pause == 0.0:
+                    log.warning(
+                        "%s: the bulk lane's listener cannot accept a connection (%s); it tries "
+                        "again until resources return (peers use gRPC meanwhile)",
+                        self._ctx.name,
+                        exc,
+                    )
+                pause = min(1.0, max(0.01, pause * 2))
+                time.sleep(pause)
+                continue
+            if pause:
+                log.info("%s: the bulk lane's listener accepts connections again", self._ctx.name)
+                pause = 0.0
             with self._lock:
                 refuse = (
                     self._closed
@@ -223,10 +243,19 @@ class BulkLane(LaneCalls):
                     self._conns.add(conn)
             if refuse:
                 conn.close()
+                if self._closed:
+                    return
                 continue
-            threading.Thread(
-                target=self._serve, args=(conn,), name="gradwire-bulk-reader", daemon=True
-            ).start()
+            try:
+                threading.Thread(
+                    target=self._serve, args=(conn,), name="gradwire-bulk-reader", daemon=True
+                ).start()
+            except RuntimeError as exc:  # no thread to be had: drop this one, go on
+                log.warning("%s: bulk lane cannot serve a connection: %s", self._ctx.name, exc)
+                with self._lock:
+                    self._handshakes -= 1
+                    self._conns.discard(conn)
+                conn.close()
 
     def _serve(self, conn: socket.socket) -> None:
         peer = ""
@@ -431,7 +460,37 @@ class BulkLane(LaneCalls):
             if pin.conn is not None:
                 self._give_back(peer_name, pin.conn, calls=True)
 
-    def _take(self, peer_name: str, address: str, calls: bool = False) -> socket.socket | None:
+    @contextmanager
+    def within(self, deadline: float | None) -> Iterator[None]:
+        """Connections this thread opens in the block give up by ``deadline`` (a call's, in
+        ``time.monotonic()``), so a call to a frozen or unreachable peer keeps its timeout."""
+        prev = getattr(self._local, "deadline", None)
+        self._local.deadline = deadline
+        try:
+            yield
+        finally:
+            self._local.deadline = prev
+
+    def _connect_seconds(self, timeout: float | None) -> float:
+        """How long a connection opened now may take: ``HANDSHAKE_SECONDS``, or less when the
+        call (``timeout``, or the deadline of :meth:`within`) has less left."""
+        limit = HANDSHAKE_SECONDS if timeout is None else min(HANDSHAKE_SECONDS, timeout)
+        deadline = getattr(self._local, "deadline", None)
+        if deadline is not None:
+            limit = min(limit, deadline - time.monotonic())
+        return limit
+
+    def _take(
+        self,
+        peer_name: str,
+        address: str,
+        calls: bool = False,
+        timeout: float | None = None,
+        connect: bool = True,
+    ) -> socket.socket | None:
+        """An idle connection to ``peer_name``'s lane, or a new one (within ``timeout`` and the
+        thread's :meth:`within` deadline; not at all unless ``connect``: housekeeping never
+        waits on a peer's handshake); None when none can be had."""
         with self._lock:
             if self._closed:
                 return None
@@ -450,9 +509,22 @@ class BulkLane(LaneCalls):
                 pool.open -= 1
             if pool.open >= pool.limit or time.monotonic() < links.unreachable_until:
                 return None
+            seconds = self._connect_seconds(timeout)
+            if not connect:
+                if not links.warming:  # open one meanwhile, off this thread, for the next call
+                    links.warming = True
+                    threading.Thread(
+                        target=self._warm,
+                        args=(peer_name, address, calls, links),
+                        name=f"gradwire-bulk-connect-{peer_name}",
+                        daemon=True,
+                    ).start()
+                return None
+            if seconds <= 0:
+                return None
             pool.open += 1
         try:
-            conn, takes_calls = self._connect(address)
+            conn, takes_calls = self._connect(address, seconds)
         except (OSError, ValueError) as exc:
             log.warning(
                 "%s: cannot reach the bulk lane of %s at %s (%s); for %.0f s its tensors "
@@ -477,12 +549,24 @@ class BulkLane(LaneCalls):
         conn.close()
         return None
 
-    def _connect(self, address: str) -> tuple[socket.socket, bool]:
-        """An authenticated connection to the lane at ``address``, and whether that lane
-        takes calls (not a first-version one)."""
-        host, _, port = address.rpartition(":")
-        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=HANDSHAKE_SECONDS)
+    def _warm(self, peer_name: str, address: str, calls: bool, links: _PeerLinks) -> None:
+        """Open a connection to ``peer_name``'s lane and leave it idle (for housekeeping, whose
+        senders never wait on a handshake)."""
         try:
+            conn = self._take(peer_name, address, calls)
+            if conn is not None:
+                self._give_back(peer_name, conn, calls)
+        finally:
+            links.warming = False
+
+    def _connect(self, address: str, seconds: float) -> tuple[socket.socket, bool]:
+        """An authenticated connection to the lane at ``address`` within ``seconds`` (connect
+        and greeting together), and whether that lane takes calls (not a first-version one)."""
+        host, _, port = address.rpartition(":")
+        deadline = time.monotonic() + seconds
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=seconds)
+        try:
+            conn.settimeout(max(0.001, deadline - time.monotonic()))
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             hello = recv_exact(conn, len(MAGIC) + NONCE_BYTES)
             magic = b"" if hello is None else hello[: len(MAGIC)]

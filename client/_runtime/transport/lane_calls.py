@@ -192,8 +192,9 @@ class LaneCalls:
     #: ``serve_call(caller name, raw frame) -> encoded reply frame`` (raises LaneStatus).
     serve_call: Callable[[str, bytes], bytes] | None
 
-    #: ``_take(peer name, address, calls)``: an idle or new connection (None: none to have).
-    _take: Callable[[str, str, bool], socket.socket | None]
+    #: ``_take(peer name, address, calls, timeout, connect)``: an idle or new connection
+    #: (opened within ``timeout``, and only if ``connect``); None: none to have.
+    _take: Callable[[str, str, bool, float | None, bool], socket.socket | None]
     #: ``_give_back(peer name, connection, calls)`` / ``_drop(...)``: done with it / broken.
     _give_back: Callable[[str, socket.socket, bool], None]
     _drop: Callable[[str, socket.socket, bool], None]
@@ -331,7 +332,7 @@ class LaneCalls:
         With ``park``, or for a ``quick`` call (its answer comes at once: an RRef delete),
         the answer may be parked instead (``Parked``, given to ``park``): the call that
         claims it reads it, or a reader thread after ``PARK_SECONDS``."""
-        sent = self._send_call(peer, encoded, timeout, None)
+        sent = self._send_call(peer, encoded, timeout, None, quick=quick)
         if sent is None:
             return False
         if park is not None or quick:
@@ -492,11 +493,14 @@ class LaneCalls:
         timeout: float | None,
         pin: Pin | None,
         behind: Parked | None = None,
+        quick: bool = False,
     ) -> _Sent | None:
         """Write the call record of ``raw`` on a call connection to ``peer``: ``pin``'s if it
         has one, else right behind the claimed ``behind`` or a quick parked chain, else an
-        idle or new one. None when it could not be (nothing of it reached the callee as a
-        call; the calls it went behind then fail, as their connection goes)."""
+        idle or new one (opened within ``timeout``; never for a ``quick`` call). None when it
+        could not be (nothing of it reached the callee as a call; the calls it went behind
+        then fail, as their connection goes)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         if in_loop_thread():
             if behind is not None:
                 self._hand_over(behind, self._parked_readers)
@@ -513,16 +517,17 @@ class LaneCalls:
                 conn = behind.sent.conn
                 bulk.count("behind")
             else:
-                conn = self._take(name, peer.bulk_address, True)  # True: for calls
+                # for calls; a quick one (housekeeping) never waits on a new connection
+                conn = self._take(name, peer.bulk_address, True, timeout, not quick)
                 if conn is None:
                     return None
             if pin is not None:
                 pin.conn = conn  # given back when the pin ends
-        deadline = None if timeout is None else time.monotonic() + timeout
         ahead = behind.take_chain() if behind is not None else ()
         sent = _Sent(conn, pin, deadline, ahead)
         try:
-            set_timeout(conn, bulk.STALL_SECONDS if timeout is None else max(timeout, 0.001))
+            left = None if deadline is None else deadline - time.monotonic()
+            set_timeout(conn, bulk.STALL_SECONDS if left is None else max(left, 0.001))
             send_parts(conn, (RECORD.pack(CALL, len(raw)), raw))
         except OSError as exc:
             # Not all of it was written: the callee reads a cut record and closes, so the call

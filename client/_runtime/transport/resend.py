@@ -96,7 +96,8 @@ class RetryingSend:
             self._finish(gfut.result(), None)
             return
         if isinstance(exc, grpc.RpcError):
-            exc = map_rpc_error(exc, self._peer.name, self._what, self._started, None)
+            budget = self._deadline - self._started  # what the message had, over its attempts
+            exc = map_rpc_error(exc, self._peer.name, self._what, self._started, budget)
         left = self._deadline - time.monotonic()
         lost = self._is_lost(self._peer.id)
         if isinstance(exc, TRANSIENT) and left > 0 and not lost:

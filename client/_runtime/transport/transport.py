@@ -148,6 +148,20 @@ def set_departed(peer: str, departed: bool) -> None:
         _departed.discard(peer)
 
 
+def _left(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline``; raises DEADLINE_EXCEEDED (as a stream call would) when
+    none are."""
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise StreamFailed(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            "deadline exceeded before the call was sent (opening a bulk-lane connection)",
+        )
+    return left
+
+
 def map_rpc_error(
     exc: grpc.RpcError, peer: str, what: str, started: float, timeout: float | None
 ) -> GradwireError:
@@ -281,6 +295,14 @@ class Transport:
             return _NO_PIN
         return lane.pinned(peer.name)
 
+    def within(self, deadline: float | None) -> AbstractContextManager[Any]:
+        """A block in which the bulk-lane connections this thread opens (for the tensors of a
+        call being encoded) give up by the call's ``deadline`` (``BulkLane.within``)."""
+        lane = self.lane
+        if lane is None or deadline is None:
+            return _NO_PIN
+        return lane.within(deadline)
+
     def set_token(self, token: str | None, caller_id: int) -> None:
         """Attach the cluster token to every later call (call streams opened before carry the
         old metadata: they are closed)."""
@@ -370,9 +392,11 @@ class Transport:
         ``calls.streams``)."""
         lane = self.lane
         if lane is not None and peer is not None and lane.serves(peer, address):
+            deadline = None if timeout is None else time.monotonic() + timeout
             reply = lane.exchange(peer, frame, timeout, behind)
             if reply is not None:
                 return reply
+            timeout = _left(deadline)  # the lane's connect counted against the call
         stubs = self._get(address)
         reply = stubs.streams.exchange(frame, timeout)
         if reply is None:
@@ -407,8 +431,10 @@ class Transport:
                 readers = self._readers
         lane = self.lane
         if lane is not None and peer is not None and lane.serves(peer, address):
+            deadline = None if timeout is None else time.monotonic() + timeout
             if lane.start(peer, encoded, timeout, readers, done, park, quick):
                 return True
+            timeout = _left(deadline)  # the lane's connect counted against the call
         return self._get(address).streams.start(encoded, timeout, readers, done)
 
     def pipe_call(
