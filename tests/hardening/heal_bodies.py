@@ -1,0 +1,85 @@
+"""Scenarios of ``test_heal.py``, run on spawned workers: a worker frozen with SIGSTOP and thawed.
+
+Rank 0 drives; rank 1 is frozen (its pid comes from a call). Every wait has a deadline; results
+are plain dicts of what was seen and how long it took.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import gradwire as gw
+import gradwire.distributed.autograd as dist_autograd
+from gradwire.distributed import rpc
+
+from .fault_bodies import num_contexts, scale, wait_until
+
+
+def pid() -> int:
+    return os.getpid()
+
+
+def lost_peers() -> list[str]:
+    return list(rpc.get_debug_info().get("peers_lost", []))
+
+
+def _timed(fn: Any) -> tuple[str, float]:
+    start = time.monotonic()
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the scenario reports what it saw
+        return type(exc).__name__, time.monotonic() - start
+    return "ok", time.monotonic() - start
+
+
+def frozen_and_thawed(rank: int, world_size: int, timeouts: list[float]) -> Any:
+    """Rank 0: calls that must each end within their timeout while worker1 is frozen (the
+    first ones open the bulk lane's connections), a dist-autograd context left while it is
+    frozen, then the thaw: its lost mark goes, the context is released there, and a graceful
+    shutdown completes (the harness shuts down gracefully after the body)."""
+    if rank != 0:
+        return None
+    w1 = "worker1"
+    victim = rpc.rpc_sync(w1, pid)
+    x = gw.ones(64, requires_grad=True)
+    with dist_autograd.context():
+        rpc.rpc_sync(w1, scale, (x,))  # worker1 now holds this context
+        contexts_before = rpc.rpc_sync(w1, num_contexts)
+        os.kill(victim, signal.SIGSTOP)
+        left = time.monotonic()
+    leave_s = time.monotonic() - left
+    calls = []
+    try:
+        big = gw.ones(1 << 18)  # 1 MiB: its bytes go on the bulk lane
+        for timeout in timeouts:
+            calls.append(
+                (timeout, *_timed(lambda t=timeout: rpc.rpc_sync(w1, scale, (big,), timeout=t)))
+            )
+            calls.append(
+                (
+                    timeout,
+                    *_timed(lambda t=timeout: rpc.rpc_async(w1, scale, (big,), timeout=t).wait()),
+                )
+            )
+        lost_while_frozen = wait_until(lambda: w1 in lost_peers(), 30.0)
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    thawed = time.monotonic()
+    back_s = wait_until(lambda: w1 not in lost_peers(), 30.0)
+    healed_call = _timed(lambda: rpc.rpc_sync(w1, scale, (x.detach(),), timeout=10.0))
+    released_s = wait_until(lambda: rpc.rpc_sync(w1, num_contexts) == 0, 30.0)
+    return {
+        "contexts_before": contexts_before,
+        "leave_s": leave_s,
+        "calls": calls,
+        "lost_while_frozen_s": lost_while_frozen,
+        "back_after_thaw_s": back_s,
+        "since_thaw_s": time.monotonic() - thawed,
+        "healed_call": healed_call,
+        "released_after_thaw_s": released_s,
+        "lost_at_end": lost_peers(),
+        "worker1_lost_at_end": rpc.rpc_sync(w1, lost_peers),
+    }
