@@ -154,11 +154,15 @@ class _CoreStream:
     if it is not there.
     """
 
-    __slots__ = ("_call", "_due", "expired", "idle_since")
+    __slots__ = ("_call", "_due", "expired", "idle_since", "stuck")
 
-    def __init__(self, channel: Any, method: bytes, metadata: Any) -> None:
+    def __init__(
+        self, channel: Any, method: bytes, metadata: Any, stuck: Callable[[], None] | None = None
+    ) -> None:
         self.expired = False
         self.idle_since = 0.0
+        #: what to do when a cancellation does not end this call (close its connection)
+        self.stuck = stuck
         self._due = {SENT_METADATA, METADATA, STATUS}
         self._call = open_core_call(channel, method, metadata)
 
@@ -283,6 +287,9 @@ class Watchdog:
     def __init__(self, name: str = "gradwire-deadlines") -> None:
         self._cond = threading.Condition(threading.Lock())
         self._armed: dict[Watched, float] = {}
+        #: streams cancelled at their deadline -> when, if still not ended, their connection
+        #: counts as stuck (``STUCK_SECONDS`` later)
+        self._cancelled: dict[Watched, float] = {}
         self._wake_at = math.inf
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -302,6 +309,7 @@ class Watchdog:
         """Stop watching ``stream``; whether its deadline passed (it was cancelled)."""
         with self._cond:
             self._armed.pop(stream, None)
+            self._cancelled.pop(stream, None)
             return stream.expired
 
     def close(self) -> None:
@@ -311,7 +319,8 @@ class Watchdog:
 
     def _run(self) -> None:
         while True:
-            expired = []
+            expired: list[Watched] = []
+            stuck: list[Watched] = []
             with self._cond:
                 if self._closed:
                     return
@@ -322,14 +331,36 @@ class Watchdog:
                         del self._armed[stream]
                         stream.expired = True
                         expired.append(stream)
+                        if getattr(stream, "stuck", None) is not None:
+                            self._cancelled[stream] = now + STUCK_SECONDS
                     else:
                         nearest = min(nearest, deadline)
+                for stream, due in list(self._cancelled.items()):
+                    if due <= now:
+                        del self._cancelled[stream]
+                        stuck.append(stream)
+                    else:
+                        nearest = min(nearest, due)
                 self._wake_at = nearest
-                if not expired:
+                if not expired and not stuck:
                     self._cond.wait(None if nearest == math.inf else nearest - now)
             for stream in expired:
                 stream.cancel()
+            for stream in stuck:
+                # Cancelled, and still not ended: its connection is stuck (a cut link holds its
+                # writes, and the cancellation waits behind them until gRPC's keepalive gives
+                # up). Closing the connection ends every call on it now.
+                callback = getattr(stream, "stuck", None)
+                if callback is not None:
+                    try:
+                        callback()
+                    except Exception:  # noqa: BLE001 - the channel may be closed already
+                        log.debug("closing a stuck connection failed", exc_info=True)
 
+
+#: How long a stream cancelled at its deadline may take to end before its connection is
+#: taken for stuck and closed (a healthy connection ends a cancelled call at once).
+STUCK_SECONDS = 0.5
 
 #: A stream idle this long is closed the next time a stream of its address is given back.
 STREAM_IDLE_SECONDS = 60.0
@@ -346,6 +377,8 @@ class Streams:
         watchdog: keeps the calls' deadlines.
         core: drive the streams through grpcio's core call API (default: ``CORE_CALL_API``)
             rather than its public streaming API.
+        on_stuck: called when a stream cancelled at its deadline does not end (its connection
+            is stuck behind writes a cut link holds): close the connection.
     """
 
     def __init__(
@@ -356,6 +389,7 @@ class Streams:
         limit: int,
         watchdog: Watchdog,
         core: bool | None = None,
+        on_stuck: Callable[[], None] | None = None,
     ) -> None:
         core_channel = getattr(channel, "_channel", None)
         if core is None:
@@ -369,6 +403,7 @@ class Streams:
         self._metadata = metadata
         self._limit = limit
         self._watchdog = watchdog
+        self._on_stuck = on_stuck
         self._lock = threading.Lock()
         self._idle: list[_Stream] = []
         self._open = 0
@@ -488,7 +523,9 @@ class Streams:
             self._open += 1
         try:
             if self._core is not None:
-                return _CoreStream(self._core, self._method.encode(), self._metadata())
+                return _CoreStream(
+                    self._core, self._method.encode(), self._metadata(), self._on_stuck
+                )
             return _PublicStream(self._channel, self._method, self._metadata())
         except BaseException as exc:
             with self._lock:

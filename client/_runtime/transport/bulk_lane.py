@@ -423,7 +423,7 @@ class BulkLane(LaneCalls):
         if conn is None:
             return False
         try:
-            send_parts(conn, parts)
+            self._send_parts(conn, parts)
         except OSError as exc:
             log.info("bulk lane to %s: a write failed (%r); the tensors stream", peer_name, exc)
             self._drop(peer_name, conn, calls=False)
@@ -431,12 +431,26 @@ class BulkLane(LaneCalls):
         self._give_back(peer_name, conn, calls=False)
         return True
 
+    def _send_parts(self, conn: socket.socket, parts: tuple[Any, ...]) -> None:
+        """``send_parts``, given up by this thread's :meth:`within` deadline (a link cut under
+        a call's tensors must not hold the call past its timeout), then the connection's
+        usual stall limit again."""
+        deadline = getattr(self._local, "deadline", None)
+        if deadline is None:
+            send_parts(conn, parts)
+            return
+        set_timeout(conn, max(0.001, min(bulk.STALL_SECONDS, deadline - time.monotonic())))
+        try:
+            send_parts(conn, parts)
+        finally:
+            set_timeout(conn, bulk.STALL_SECONDS)
+
     def _write_pinned(self, pin: Pin, parts: tuple[Any, ...]) -> bool:
         conn = pin.conn
         if conn is None:  # the connection being answered on broke
             return False
         try:
-            send_parts(conn, parts)
+            self._send_parts(conn, parts)
         except OSError as exc:
             log.info("bulk lane to %s: a write failed (%r); the tensors stream", pin.peer, exc)
             pin.conn = None

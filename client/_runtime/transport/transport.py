@@ -46,6 +46,7 @@ from ..cluster.workers import Peer
 from .bulk_lane import BulkLane
 from .lane_calls import Parked
 from .loop import in_loop_thread
+from .stuck import shut_connections_to
 
 __all__ = [
     "Transport",
@@ -99,6 +100,9 @@ def channel_options(options: GrpcRpcBackendOptions) -> list[tuple[str, Any]]:
         ("grpc.keepalive_permit_without_calls", 0),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.enable_http_proxy", 0),
+        # A channel of its own connection: closing it (a lost peer, a stuck connection) ends
+        # that connection and every call on it, instead of leaving it to a shared pool.
+        ("grpc.use_local_subchannel_pool", 1),
         # After a partition heals, a channel waits out its reconnect backoff (gRPC's default
         # grows to 120 s) and fails calls fast meanwhile; between workers, retry within ~2 s.
         ("grpc.initial_reconnect_backoff_ms", 200),
@@ -214,9 +218,10 @@ def map_rpc_error(
 
 
 class _Stubs:
-    def __init__(self, channel: grpc.Channel, transport: Transport) -> None:
+    def __init__(self, channel: grpc.Channel, transport: Transport, address: str) -> None:
         ser, de = encode_frame, decode_frame
         self.channel = channel
+        self.address = address
         self.call = channel.unary_unary(f"/{SERVICE}/Call", ser, de)
         self._transport = transport
         self.streams = self.new_streams()
@@ -237,6 +242,7 @@ class _Stubs:
             lambda: transport.metadata,
             STREAMS_PER_PEER,
             transport.watchdog,
+            on_stuck=lambda: transport.drop_stuck(self),
         )
 
     def control(self, method: str, response_cls: Any) -> Any:
@@ -374,7 +380,7 @@ class Transport:
                     channel = grpc.secure_channel(address, self._creds, options=self._opts)
                 else:
                     channel = grpc.insecure_channel(address, options=self._opts)
-                stubs = self._stubs[address] = _Stubs(channel, self)
+                stubs = self._stubs[address] = _Stubs(channel, self, address)
         return stubs
 
     def call(
@@ -562,6 +568,22 @@ class Transport:
             if stubs.pipe is not None:
                 stubs.pipe.cancel()
             stubs.channel.close()
+
+    def drop_stuck(self, stubs: _Stubs) -> None:
+        """A call on ``stubs``' channel cancelled at its deadline did not end: its connection is
+        stuck (a cut link holds its writes). Shut the connection down (``stuck.py``), so that
+        every call on it ends now, and close the channel (the next call opens a new one)."""
+        shut = shut_connections_to(stubs.address)
+        log.warning(
+            "the connection to %s is stuck (a call cancelled at its deadline did not end): "
+            "shut down %d socket(s)",
+            stubs.address,
+            shut,
+        )
+        with self._lock:
+            current = self._stubs.get(stubs.address) is stubs
+        if current:
+            self.drop(stubs.address)
 
     def channel_states(self) -> dict[str, str]:
         """Connectivity of each cached channel, by address."""
