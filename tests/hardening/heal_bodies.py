@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -82,4 +83,82 @@ def frozen_and_thawed(rank: int, world_size: int, timeouts: list[float]) -> Any:
         "released_after_thaw_s": released_s,
         "lost_at_end": lost_peers(),
         "worker1_lost_at_end": rpc.rpc_sync(w1, lost_peers),
+    }
+
+
+_held: list[int] = []
+_holding = threading.Event()
+
+
+def _grab() -> None:
+    try:
+        while True:
+            _held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+
+
+def exhaust_descriptors() -> int:
+    """Hold this worker at its file-descriptor limit (lowered to 256): take every descriptor,
+    and every one freed later, until :func:`release_descriptors`."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))
+    _holding.set()
+    _grab()
+
+    def keep_holding() -> None:
+        while _holding.is_set():
+            _grab()
+            time.sleep(0.005)
+
+    threading.Thread(target=keep_holding, daemon=True).start()
+    return len(_held)
+
+
+def release_descriptors() -> int:
+    _holding.clear()
+    time.sleep(0.05)
+    n = len(_held)
+    while _held:
+        os.close(_held.pop())
+    return n
+
+
+def lane_received() -> int:
+    """How many tensors this worker has received on its bulk lane."""
+    from gradwire._wire import bulk
+
+    return int(bulk.stats().get("received", 0))
+
+
+def out_of_descriptors(rank: int, world_size: int, timeout: float) -> Any:
+    """Rank 0: worker1 runs out of file descriptors; calls that need a new lane connection to it
+    keep their timeout and go by gRPC; once it has descriptors again, its lane accepts again."""
+    if rank != 0:
+        return None
+    from gradwire._runtime import agent as agent_mod
+
+    w1 = "worker1"
+    big = gw.ones(1 << 18)  # 1 MiB: the bulk lane
+    first = _timed(lambda: rpc.rpc_sync(w1, scale, (big,), timeout=timeout))
+    held = rpc.rpc_sync(w1, exhaust_descriptors)
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    lane.drop_peer(w1)  # the next call needs a new connection, which worker1 cannot accept
+    starved = [_timed(lambda: rpc.rpc_sync(w1, scale, (big,), timeout=timeout)) for _ in range(3)]
+    released = rpc.rpc_sync(w1, release_descriptors)
+    lane.drop_peer(w1)  # forget its unreachable mark: dial it again
+    before = rpc.rpc_sync(w1, lane_received)
+    after = [_timed(lambda: rpc.rpc_sync(w1, scale, (big,), timeout=timeout)) for _ in range(3)]
+    accepted = wait_until(lambda: rpc.rpc_sync(w1, lane_received) > before, 10.0)
+    return {
+        "first": first,
+        "held": held,
+        "starved": starved,
+        "released": released,
+        "after": after,
+        "accepted_again_in_s": accepted,
+        "lost": lost_peers(),
     }

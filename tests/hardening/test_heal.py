@@ -109,3 +109,23 @@ def test_bulk_lane_accept_survives_descriptor_exhaustion(monkeypatch: pytest.Mon
             b.close()
     finally:
         rpc.shutdown(graceful=False)
+
+
+def test_a_worker_out_of_file_descriptors_keeps_deadlines_and_recovers() -> None:
+    timeout = 2.0
+    results = run_cluster(
+        2,
+        bodies.out_of_descriptors,
+        timeout,
+        timeout=120,
+        options={"rpc_timeout": 20.0, "use_unix_socket": False, "shm_transfer": False},
+    )
+    r = results[0].value
+    assert r["first"][0] == "ok" and r["held"] > 0 and r["released"] >= r["held"], r
+    for outcome, elapsed in r["starved"]:
+        # its existing gRPC connection still serves; a new lane connection is never waited
+        # for past the call's timeout (the call then goes by gRPC)
+        assert outcome == "ok" and elapsed < timeout + MARGIN, r["starved"]
+    assert all(outcome == "ok" for outcome, _ in r["after"]), r
+    assert r["accepted_again_in_s"] < 10 and r["lost"] == [], r
+    print(f"out of descriptors: {r}")

@@ -1264,3 +1264,89 @@ def test_pinned_ports_are_the_ones_advertised() -> None:
     assert results[0].value["call"] == str(ports[2])
     assert results[0].value["bulk"] == str(ports[3])
     assert results[0].value["echo"] == np.arange(MiB // 8).sum()
+
+
+# -- every wait counts against the call's timeout (issue 37) ----------------------------------
+
+
+def _silent_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A listener that accepts and never says a byte (a frozen or broken lane)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener, held
+
+
+def _full_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A listener that never accepts, its backlog filled: a new connection is never made."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    for _ in range(8):  # the kernel takes a few into its queue, then drops the SYNs
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(listener.getsockname())
+        except BlockingIOError:
+            pass
+        fillers.append(s)
+    time.sleep(0.2)
+    return listener, fillers
+
+
+@pytest.mark.parametrize("kind", ["accepts, never greets", "never accepts"])
+def test_a_call_keeps_its_timeout_when_the_lane_cannot_be_had(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    listener, held = _silent_listener() if kind.startswith("accepts") else _full_listener()
+    name = f"unreachable-{len(kind)}"
+    peer = dataclasses.replace(
+        agent_mod.current().by_name[PEER],
+        name=name,
+        bulk_address=f"127.0.0.1:{listener.getsockname()[1]}",
+    )
+    monkeypatch.setitem(agent_mod.current().by_name, name, peer)
+    try:
+        for timeout in (0.3, 1.0):
+            lane.drop_peer(name)  # forget the unreachable mark: a fresh connection each time
+            started = time.monotonic()
+            try:
+                reply = lane.exchange(peer, fetch_frame_of_nothing(), timeout=timeout)
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                reply = None
+            elapsed = time.monotonic() - started
+            assert reply is None  # not sent: the caller then has nothing left for gRPC
+            assert elapsed < timeout + 0.3, (kind, timeout, elapsed)  # before: 5 s
+        # a housekeeping call never waits on a connection: it returns at once, not sent
+        lane.drop_peer(name)
+        started = time.monotonic()
+        with ThreadPoolExecutor(1) as readers:
+            assert not lane.start(peer, b"x", 10, readers, lambda r, e: None, quick=True)
+        assert time.monotonic() - started < 0.1
+    finally:
+        listener.close()
+        for s in held:
+            s.close()
+        lane.drop_peer(name)
+
+
+def test_the_grpc_fallback_gets_what_is_left_of_the_timeout() -> None:
+    from gradwire._runtime.transport.transport import _left
+
+    assert _left(None) is None
+    assert 0.5 < (_left(time.monotonic() + 1.0) or 0) <= 1.0
+    with pytest.raises(grpc.RpcError) as info:
+        _left(time.monotonic() - 0.01)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
