@@ -183,14 +183,15 @@ _ALLOCATING: frozenset[type] = frozenset({object, dict, list, set, bytearray})
 
 
 def _numpy_reconstruct() -> tuple[Any, ...]:
-    try:  # pickled ndarrays are rebuilt by it: it always allocates a new array
-        from numpy._core.multiarray import _reconstruct
-    except ImportError:  # NumPy 1.x
+    """NumPy's ``_reconstruct``, by which pickled ndarrays are rebuilt: it always allocates."""
+    import importlib
+
+    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):  # NumPy 2, then 1.x
         try:
-            from numpy.core.multiarray import _reconstruct
-        except ImportError:
-            return ()
-    return (_reconstruct,)
+            return (importlib.import_module(module)._reconstruct,)
+        except (ImportError, AttributeError):
+            continue
+    return ()
 
 
 _NEW_MAKERS: tuple[Any, ...] = _numpy_reconstruct()
@@ -409,11 +410,11 @@ class _Scan:
             push(self.named(f"{module}:{qualname}"))
             self.checked = self.checked or "." in qualname
         elif name == "STACK_GLOBAL":
-            module, qualname = self.pop(2)
-            if not (isinstance(module[1], str) and isinstance(qualname[1], str)):
+            pair = self.pop(2)
+            if not (isinstance(pair[0][1], str) and isinstance(pair[1][1], str)):
                 raise _Unmodelled
-            push(self.named(f"{module[1]}:{qualname[1]}"))
-            self.checked = self.checked or "." in qualname[1]
+            push(self.named(f"{pair[0][1]}:{pair[1][1]}"))
+            self.checked = self.checked or "." in pair[1][1]
         elif name in ("EXT1", "EXT2", "EXT4"):
             push((_NAMED, f"the global of extension code {arg}", None))
             self.checked = True  # its name is known only once resolved
@@ -531,14 +532,16 @@ def describe(obj: Any) -> str:
     return f"a {type(obj).__module__}.{type(obj).__qualname__} object"
 
 
-_dispatch = pickle._Unpickler.dispatch  # type: ignore[attr-defined]
+#: The pure-Python unpickler (typed as Any: typeshed does not describe its internals).
+_PyUnpickler: Any = getattr(pickle, "_Unpickler")  # noqa: B009 - private, on purpose
+_dispatch: dict[int, Callable[[Any], None]] = _PyUnpickler.dispatch
 
 
 def _op(opcode: bytes) -> int:
     return opcode[0]
 
 
-class CheckedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
+class CheckedUnpickler(_PyUnpickler):
     """The pure-Python unpickler with every mutation and call checked on the live objects.
 
     A subclass provides :meth:`resolve_global` (the policy's ``find_class``) and
@@ -658,10 +661,10 @@ class CheckedUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         self._marked_target("add items to")
         _dispatch[_op(pickle.ADDITEMS)](self)
 
-    def _creates(opcode: bytes) -> Callable[[CheckedUnpickler], None]:  # type: ignore[misc]
+    def _creates(opcode: bytes) -> Callable[[Any], None]:
         load = _dispatch[opcode[0]]
 
-        def created(self: CheckedUnpickler) -> None:
+        def created(self: Any) -> None:
             load(self)
             self._adopt(self.stack[-1])
 
