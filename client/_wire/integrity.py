@@ -39,6 +39,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from .policy import ROUTINE_TYPES
+
 __all__ = ["scan", "nameable", "describe", "CheckedUnpickler", "Mutation"]
 
 
@@ -496,15 +498,7 @@ def nameable(obj: Any, protocol: int) -> bool:
         return False
 
 
-_ROUTINES = (
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    types.MethodDescriptorType,
-    types.ClassMethodDescriptorType,
-    types.WrapperDescriptorType,
-    types.MethodWrapperType,
-)
+_ROUTINES = ROUTINE_TYPES
 
 
 def _invoke(fn: Callable[..., Any], args: Any, kwargs: Any) -> tuple[Any, int]:

@@ -51,6 +51,7 @@ __all__ = [
     "SAFE_BUILTINS",
     "origin_of",
     "verified_origin",
+    "ROUTINE_TYPES",
     "default_objects",
 ]
 
@@ -552,23 +553,21 @@ def _find_member(cls: type, name: str) -> tuple[type, Any] | None:
     return None
 
 
+#: The types of code objects a callable may be: functions, builtins, methods and descriptors.
+ROUTINE_TYPES: tuple[type, ...] = (
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+)
+
+
 def _is_routine(obj: Any) -> bool:
     return (
-        isinstance(
-            obj,
-            (
-                types.FunctionType,
-                types.BuiltinFunctionType,
-                types.MethodType,
-                types.MethodDescriptorType,
-                types.ClassMethodDescriptorType,
-                types.WrapperDescriptorType,
-                types.MethodWrapperType,
-                staticmethod,
-                classmethod,
-                type,
-            ),
-        )
+        isinstance(obj, (*ROUTINE_TYPES, staticmethod, classmethod, type))
         or type(obj).__name__ == "ufunc"
     )
 

@@ -38,35 +38,41 @@ def lost_peers() -> list[str]:
     return list(rpc.get_debug_info().get("peers_lost", []))
 
 
-def _step(w: gw.Tensor) -> tuple[str, float]:
+def _outcome(what: str, run: Any) -> tuple[str, float]:
+    """``("ok" or the exception's type, seconds)`` of ``run(note)``; a failure's phase (what
+    ``note`` last said) and message go to FAILURES once."""
     started = time.monotonic()
-    phase = "forward"
+    phase = [what]
     try:
-        with dist_autograd.context() as ctx:
-            x = gw.ones(1 << 16)  # 256 KiB: over the bulk lane's threshold
-            loss = rpc.rpc_sync("peer", forward, (x, w), timeout=TIMEOUT)
-            phase = "backward"
-            dist_autograd.backward(ctx, [loss])
-            dist_autograd.get_gradients(ctx)
+        run(phase.append)
     except Exception as exc:  # noqa: BLE001 - the scenario reports what it saw
-        why = f"{phase} after {time.monotonic() - started:.2f} s: {type(exc).__name__}: {exc}"
+        why = f"{phase[-1]} after {time.monotonic() - started:.2f} s: {type(exc).__name__}: {exc}"
         if why not in FAILURES:
             FAILURES.append(why)
         return type(exc).__name__, time.monotonic() - started
     return "ok", time.monotonic() - started
+
+
+def _step(w: gw.Tensor) -> tuple[str, float]:
+    """One dist-autograd step across the link."""
+
+    def run(note: Any) -> None:
+        with dist_autograd.context() as ctx:
+            x = gw.ones(1 << 16)  # 256 KiB: over the bulk lane's threshold
+            loss = rpc.rpc_sync("peer", forward, (x, w), timeout=TIMEOUT)
+            note("backward")
+            dist_autograd.backward(ctx, [loss])
+            dist_autograd.get_gradients(ctx)
+
+    return _outcome("forward", run)
 
 
 def _async_call() -> tuple[str, float]:
     """An rpc_async (the call pipe) of the same call, outside any context."""
-    started = time.monotonic()
-    try:
-        rpc.rpc_async("peer", forward, (gw.ones(1 << 16), gw.ones(1 << 16)), timeout=TIMEOUT).wait()
-    except Exception as exc:  # noqa: BLE001 - the scenario reports what it saw
-        why = f"rpc_async after {time.monotonic() - started:.2f} s: {type(exc).__name__}: {exc}"
-        if why not in FAILURES:
-            FAILURES.append(why)
-        return type(exc).__name__, time.monotonic() - started
-    return "ok", time.monotonic() - started
+    x, w = gw.ones(1 << 16), gw.ones(1 << 16)
+    return _outcome(
+        "rpc_async", lambda _note: rpc.rpc_async("peer", forward, (x, w), timeout=TIMEOUT).wait()
+    )
 
 
 def _until(check: Any, timeout: float) -> float:

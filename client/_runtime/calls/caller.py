@@ -377,9 +377,12 @@ class Caller:
         """Fail every pending call to ``worker_id`` with ``error(reason)`` (it is lost, or it
         departed); how many. Each future gets its own exception object."""
         with self._lock:
-            doomed = [f for m, f in self.pending.items() if self._dest.get(m) == worker_id]
-        for fut in doomed:
+            doomed = [(m, f) for m, f in self.pending.items() if self._dest.get(m) == worker_id]
+        for message_id, fut in doomed:
             self._fail(fut, error(reason))
+            # Not pending any more, whether or not its transport ever reports back (a call a
+            # cut link holds may never be answered): a graceful shutdown must not wait for it.
+            self._forget(message_id)
         return len(doomed)
 
     def fail_all(self, reason: str) -> None:
