@@ -7,7 +7,9 @@ into the object. ``gradwire.distributed.rpc.rref`` registers RRefs with
 :func:`register_side_table` (tag "R").
 
 The unpickler resolves every global through the callee's :class:`CallablePolicy`, so a payload
-naming ``os.system`` fails before anything runs.
+naming ``os.system`` fails before anything runs; and ``integrity.py`` keeps a payload to new
+values: one that would change what it did not create (a class, a function, a cached object) is
+refused before it runs, and only classes, routines and objects pickled by name may be named.
 """
 
 from __future__ import annotations
