@@ -1,7 +1,8 @@
 """Faults that heal (issue 37), with real processes: a worker frozen by SIGSTOP, then thawed.
 
-Two workers over TCP with every transport on (fast lane, bulk lane: the first calls to the
-frozen worker must open the lane's connections, whose handshake it will never answer). Every
+Two workers, on each route a call may take: TCP with every transport on (fast lane, bulk
+lane: the first calls to the frozen worker must open the lane's connections, whose handshake it
+will never answer), gRPC alone, and the same-host defaults (Unix sockets, shared memory). Every
 call must end within its timeout plus ``MARGIN``; leaving a dist-autograd context must not wait
 on the frozen worker; after the thaw no lost mark, no context is left, and the graceful
 shutdown the harness makes after the body completes. ``test_bulk_lane_accept`` shows the lane's
@@ -28,18 +29,30 @@ MARGIN = 0.75
 TIMEOUTS = [0.5, 1.0, 2.0]
 
 
-def test_a_frozen_worker_keeps_every_deadline_and_heals_when_thawed() -> None:
+#: The routes a call to the frozen worker may take.
+ROUTES = {
+    # TCP with the fast lane and the bulk lane: the first calls must open the lane's connections
+    "tcp lanes": {"use_unix_socket": False, "shm_transfer": False},
+    # gRPC alone: no fast lane, no bulk lane
+    "grpc only": {
+        "use_unix_socket": False,
+        "shm_transfer": False,
+        "fast_lane_tcp": False,
+        "bulk_transfer": False,
+    },
+    # same host, the defaults: Unix sockets and shared memory
+    "same host": {},
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_a_frozen_worker_keeps_every_deadline_and_heals_when_thawed(route: str) -> None:
     results = run_cluster(
         2,
         bodies.frozen_and_thawed,
         TIMEOUTS,
         timeout=180,
-        options={
-            "rpc_timeout": 20.0,
-            "use_unix_socket": False,
-            "shm_transfer": False,
-            "peer_lost_seconds": PEER_LOST,
-        },
+        options={"rpc_timeout": 20.0, "peer_lost_seconds": PEER_LOST, **ROUTES[route]},
     )
     r = results[0].value
     assert r["contexts_before"] == 1
@@ -54,7 +67,7 @@ def test_a_frozen_worker_keeps_every_deadline_and_heals_when_thawed() -> None:
     # The release it missed was sent again once it answered: no context left there.
     assert r["released_after_thaw_s"] < 20, r
     assert r["lost_at_end"] == [] and r["worker1_lost_at_end"] == [], r
-    print(f"frozen and thawed: {r}")
+    print(f"frozen and thawed ({route}): {r}")
 
 
 class _FlakyListener:
@@ -129,3 +142,50 @@ def test_a_worker_out_of_file_descriptors_keeps_deadlines_and_recovers() -> None
     assert all(outcome == "ok" for outcome, _ in r["after"]), r
     assert r["accepted_again_in_s"] < 10 and r["lost"] == [], r
     print(f"out of descriptors: {r}")
+
+
+@pytest.mark.parametrize("kind", ["accepts, never answers", "never accepts"])
+def test_a_grpc_call_keeps_its_timeout_to_an_address_that_never_answers(kind: str) -> None:
+    """The gRPC route alone (Transport.call, no lane): a listener that accepts and never
+    speaks HTTP/2, and one whose backlog is full (the connection is never made)."""
+    import grpc
+    from gradwire._proto import worker_pb2 as pb
+    from gradwire._runtime.transport.transport import Transport
+    from gradwire._wire.framing import Frame
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    if kind.startswith("accepts"):
+        listener.listen(16)
+        threading.Thread(
+            target=lambda: [held.append(listener.accept()[0]) for _ in range(16)], daemon=True
+        ).start()
+    else:
+        listener.listen(0)
+        for _ in range(8):  # fill the backlog: later connections are never made
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect(listener.getsockname())
+            except BlockingIOError:
+                pass
+            held.append(s)
+    transport = Transport(rpc.GrpcRpcBackendOptions(token="t", use_unix_socket=False), 0)
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        for timeout in (0.3, 1.0):
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as info:
+                transport.call(address, Frame(pb.FrameHeader(last=True), ()), timeout)
+            elapsed = time.monotonic() - started
+            assert info.value.code() in (
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.UNAVAILABLE,
+            ), info.value
+            assert elapsed < timeout + MARGIN, (kind, timeout, elapsed)
+    finally:
+        transport.close()
+        listener.close()
+        for s in held:
+            s.close()
