@@ -1350,3 +1350,34 @@ def test_the_grpc_fallback_gets_what_is_left_of_the_timeout() -> None:
     with pytest.raises(grpc.RpcError) as info:
         _left(time.monotonic() - 0.01)
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_a_lane_checks_a_proof_only_once_its_worker_knows_the_token() -> None:
+    """A follower learns a made-up token from rank 0's reply; a peer that joined first may dial
+    its lane before then. The handshake waits for the rendezvous (within its own time) instead
+    of refusing the connection as a wrong token (seen at 16 and 48 workers under load)."""
+    from gradwire._runtime.cluster.context import PeerTable, WorkerContext
+    from gradwire._runtime.cluster.device_maps import DeviceMaps
+    from gradwire._runtime.cluster.events import AgentState, ClusterEvents
+
+    token: list[str | None] = [None]  # not known yet: the worker is still joining
+    options = rpc.GrpcRpcBackendOptions(token=None)
+    table = PeerTable(DeviceMaps("late", {}), 2)
+    ctx = WorkerContext("late", 1, 2, options, options.policy(), table)
+    events = ClusterEvents()
+    lane = bulk_lane.BulkLane(ctx, events, lambda: token[0])
+    address = lane.listen("127.0.0.1", "127.0.0.1")
+    host, _, port = address.rpartition(":")
+    try:
+        conn = socket.create_connection((host, int(port)), timeout=5)
+        hello = conn.recv(len(bulk_lane.MAGIC) + 32, socket.MSG_WAITALL)
+        name = b"early"
+        proof = bulk_lane.mac("made-up", hello[len(bulk_lane.MAGIC) :], name, bulk_lane.MAGIC)
+        conn.sendall(struct.pack("<H", len(name)) + name + proof)
+        time.sleep(0.3)  # the proof waits: the lane does not know the token yet
+        token[0] = "made-up"  # the rendezvous ends: the token is known, the agent runs
+        events.state_changed(AgentState.RUNNING)
+        assert conn.recv(1) == b"\x01"  # accepted, not refused as a wrong token
+        conn.close()
+    finally:
+        lane.close()

@@ -183,6 +183,10 @@ class BulkLane(LaneCalls):
         # Transfer ids: from a random start, so a restarted worker of the same name does not
         # reuse the ids of its predecessor that a receiver may still remember.
         self._ids = itertools.count(secrets.randbits(62))
+        #: Set once the agent runs: the token it checks proofs with is known only after its
+        #: rendezvous (a follower learns a made-up token from rank 0's reply), and a peer that
+        #: joined first may dial this lane before then.
+        self._running = threading.Event()
         events.on_state(self._on_state)
 
     # -- the listener --------------------------------------------------------------------------
@@ -293,6 +297,8 @@ class BulkLane(LaneCalls):
         proof = recv_exact(conn, 32, deadline)
         if name is None or proof is None:
             return ""
+        if not self._running.wait(max(0.0, deadline - time.monotonic())):
+            return ""  # still joining when the handshake's time ran out: not a wrong token
         token = self._token()
         if not hmac.compare_digest(proof, mac(token, nonce, name)):
             log.warning(
@@ -637,6 +643,7 @@ class BulkLane(LaneCalls):
     def _on_state(self, state: AgentState) -> None:
         if state == AgentState.RUNNING:
             bulk.install(self.route, self.cancel, self.inbox)
+            self._running.set()
         elif state == AgentState.SHUTDOWN:
             self.close()
 
