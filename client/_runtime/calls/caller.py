@@ -126,11 +126,10 @@ class Caller:
                 "rpc_sync() on gradwire's I/O loop thread would deadlock; use rpc_async()"
             )
         # rpc_sync: the arguments' bulk-lane bytes and the call itself on one lane connection;
-        # a lane connection opened for them counts against the call's timeout.
-        began = time.monotonic()
+        # waiting on the lane for them (a connection, a write) counts against the call's timeout.
         with (
             self._transport.pinned(peer, here=blocking),
-            self._transport.within(None if timeout is None else began + timeout),
+            self._transport.within(timeout) as budget,
         ):
             me = self._ctx
             name, bound_self = calls.function_name(fn)
@@ -162,7 +161,10 @@ class Caller:
                 if single:
                     frame = one_frame(first, buffers)
             what = f"rpc to {name}"
-            started = began
+            # The call's clock starts once it is encoded (pickling does not count, as in
+            # PyTorch), less what encoding waited on the network.
+            started = time.monotonic() - budget.spent
+            budget.deadline = None  # the call's own timeout rules from here
             choice = choose_route(
                 peer,
                 one_frame=single,

@@ -353,10 +353,12 @@ class RendezvousHost:
             self._done.set()
 
     def waits_for(self, rank: int) -> bool:
-        """True while ``rank`` has not joined and the rendezvous is neither complete nor failed."""
+        """True while ``rank`` has not joined and the rendezvous is not complete; also once it
+        failed (the Join is then answered with the reason, never with the token)."""
+        if self.error:
+            return True
         return (
             not self._done.is_set()
-            and not self.error
             and rank not in self.members
             and len(self.members) < self.world_size
         )

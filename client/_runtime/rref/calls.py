@@ -96,9 +96,9 @@ class RRefCalls:
             timeout_seconds=timeout or 0.0,
         )
         ctx = EncodeContext(peer=peer.name, device_map=me.device_maps.request(peer.name))
-        deadline = None if not timeout else time.monotonic() + timeout
         try:
-            with svc.transport.within(deadline):  # a lane connection for its tensors: in time
+            # a lane connection or write for its tensors waits no longer than the timeout
+            with svc.transport.within(timeout or None) as budget:
                 first, buffers = calls.encode_body(
                     pb.FrameHeader(call=header), (bound_self, tuple(args), dict(kwargs)), ctx
                 )
@@ -121,6 +121,8 @@ class RRefCalls:
             svc.abandon_payload(ctx)
             svc.protocol.abandon_remote(handle, exc)
             raise
+        if timeout and budget.spent:  # what encoding waited on the network counts too
+            timeout = max(0.001, timeout - budget.spent)
         creation = Creation(f"remote({name}) on worker {peer.name!r}", timeout)
         call = first.call
         if call.HasField("autograd"):  # made in a dist autograd context: it tracks the ack

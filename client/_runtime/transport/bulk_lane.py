@@ -90,6 +90,7 @@ __all__ = [
     "CALL",
     "STATUS",
     "HANDSHAKE_SECONDS",
+    "ConnectBudget",
     "CONNECTIONS_PER_PEER",
     "CALL_CONNECTIONS_PER_PEER",
     "mac",
@@ -126,6 +127,19 @@ class _Conns:
         self.busy: set[socket.socket] = set()
         self.open = 0
         self.limit = limit
+
+
+class ConnectBudget:
+    """What a call being encoded may spend waiting on the lane (:meth:`BulkLane.within`): the
+    deadline its connections and writes give up by, and the seconds they took (the call's
+    own timeout, which starts once it is encoded, loses them: pickling does not count, as in
+    PyTorch, but waiting on the network does)."""
+
+    __slots__ = ("deadline", "spent")
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.spent = 0.0
 
 
 class _PeerLinks:
@@ -441,15 +455,17 @@ class BulkLane(LaneCalls):
         """``send_parts``, given up by this thread's :meth:`within` deadline (a link cut under
         a call's tensors must not hold the call past its timeout), then the connection's
         usual stall limit again."""
-        deadline = getattr(self._local, "deadline", None)
-        if deadline is None:
+        budget: ConnectBudget | None = getattr(self._local, "budget", None)
+        if budget is None or budget.deadline is None:
             send_parts(conn, parts)
             return
-        set_timeout(conn, max(0.001, min(bulk.STALL_SECONDS, deadline - time.monotonic())))
+        started = time.monotonic()
+        set_timeout(conn, max(0.001, min(bulk.STALL_SECONDS, budget.deadline - started)))
         try:
             send_parts(conn, parts)
         finally:
             set_timeout(conn, bulk.STALL_SECONDS)
+            budget.spent += time.monotonic() - started
 
     def _write_pinned(self, pin: Pin, parts: tuple[Any, ...]) -> bool:
         conn = pin.conn
@@ -481,23 +497,24 @@ class BulkLane(LaneCalls):
                 self._give_back(peer_name, pin.conn, calls=True)
 
     @contextmanager
-    def within(self, deadline: float | None) -> Iterator[None]:
-        """Connections this thread opens in the block give up by ``deadline`` (a call's, in
-        ``time.monotonic()``), so a call to a frozen or unreachable peer keeps its timeout."""
-        prev = getattr(self._local, "deadline", None)
-        self._local.deadline = deadline
+    def within(self, budget: ConnectBudget) -> Iterator[ConnectBudget]:
+        """Connections this thread opens in the block, and its writes, give up by
+        ``budget.deadline`` (a call's, in ``time.monotonic()``), so a call to a frozen or
+        unreachable peer keeps its timeout; the time they take is added to ``budget.spent``."""
+        prev = getattr(self._local, "budget", None)
+        self._local.budget = budget
         try:
-            yield
+            yield budget
         finally:
-            self._local.deadline = prev
+            self._local.budget = prev
 
     def _connect_seconds(self, timeout: float | None) -> float:
         """How long a connection opened now may take: ``HANDSHAKE_SECONDS``, or less when the
-        call (``timeout``, or the deadline of :meth:`within`) has less left."""
+        call (``timeout``, or the budget of :meth:`within`) has less left."""
         limit = HANDSHAKE_SECONDS if timeout is None else min(HANDSHAKE_SECONDS, timeout)
-        deadline = getattr(self._local, "deadline", None)
-        if deadline is not None:
-            limit = min(limit, deadline - time.monotonic())
+        budget: ConnectBudget | None = getattr(self._local, "budget", None)
+        if budget is not None and budget.deadline is not None:
+            limit = min(limit, budget.deadline - time.monotonic())
         return limit
 
     def _take(
@@ -543,9 +560,13 @@ class BulkLane(LaneCalls):
             if seconds <= 0:
                 return None
             pool.open += 1
+        budget: ConnectBudget | None = getattr(self._local, "budget", None)
+        started = time.monotonic()
         try:
             conn, takes_calls = self._connect(address, seconds)
         except (OSError, ValueError) as exc:
+            if budget is not None:
+                budget.spent += time.monotonic() - started
             log.warning(
                 "%s: cannot reach the bulk lane of %s at %s (%s); for %.0f s its tensors "
                 "stream in the messages and its calls go by gRPC",
@@ -559,6 +580,8 @@ class BulkLane(LaneCalls):
                 pool.open -= 1
                 links.unreachable_until = time.monotonic() + UNREACHABLE_SECONDS
             return None
+        if budget is not None:
+            budget.spent += time.monotonic() - started
         with self._lock:
             if calls and not takes_calls:  # a first-version listener: no calls on its lane
                 links.takes_calls = False

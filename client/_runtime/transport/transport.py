@@ -43,7 +43,7 @@ from ..calls.pipe import CorePipe, Pipe, PipeClosed, open_pipe
 from ..calls.streams import StreamFailed, Streams, Watchdog
 from ..cluster.options import GrpcRpcBackendOptions, read_pem
 from ..cluster.workers import Peer
-from .bulk_lane import BulkLane
+from .bulk_lane import BulkLane, ConnectBudget
 from .lane_calls import Parked
 from .loop import in_loop_thread
 from .stuck import shut_connections_to
@@ -301,13 +301,15 @@ class Transport:
             return _NO_PIN
         return lane.pinned(peer.name)
 
-    def within(self, deadline: float | None) -> AbstractContextManager[Any]:
-        """A block in which the bulk-lane connections this thread opens (for the tensors of a
-        call being encoded) give up by the call's ``deadline`` (``BulkLane.within``)."""
+    def within(self, timeout: float | None) -> AbstractContextManager[ConnectBudget]:
+        """A block in which the bulk-lane connections this thread opens and the bytes it writes
+        (for the tensors of a call being encoded) give up after ``timeout`` seconds; the
+        :class:`ConnectBudget` it gives says how long they took (``BulkLane.within``)."""
+        budget = ConnectBudget(None if timeout is None else time.monotonic() + timeout)
         lane = self.lane
-        if lane is None or deadline is None:
-            return _NO_PIN
-        return lane.within(deadline)
+        if lane is None or timeout is None:
+            return nullcontext(budget)
+        return lane.within(budget)
 
     def set_token(self, token: str | None, caller_id: int) -> None:
         """Attach the cluster token to every later call (call streams opened before carry the
