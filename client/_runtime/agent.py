@@ -191,6 +191,10 @@ def _is_socket(path: str) -> bool:
     return stat.S_ISSOCK(os.lstat(path).st_mode)
 
 
+#: How long a member of a dynamic group with no token looks for the token its host made up.
+_LOCAL_TOKEN_WAIT = 10.0
+
+
 class Agent:
     """State and services of one worker.
 
@@ -239,7 +243,8 @@ class Agent:
         )
         #: Token expected from and sent to peers; None: no authentication.
         self.token: str | None = options.token
-        #: True when rank 0 generated the token (Join is then open on loopback).
+        #: True when rank 0 made the token up (a Join without it is then answered while the
+        #: rendezvous waits for its rank; see serve_join).
         self.token_generated = False
         #: The file where the host of a dynamic group keeps the token it made up ("": none).
         self._local_token_file = ""
@@ -592,7 +597,9 @@ class Agent:
         host, _, port = self.plan.master.rpartition(":")
         if not (self.ctx.dynamic and self.token is None and is_loopback(host) and port.isdigit()):
             return
-        token = read_local_token(int(port), timeout)
+        # The host may start a little later; a host with a configured token writes no file,
+        # and its refusal (a Join without the token) then says why, after a short wait only.
+        token = read_local_token(int(port), min(timeout, _LOCAL_TOKEN_WAIT))
         if token:
             self.token = token
             self.transport.set_token(token, self.rank)
