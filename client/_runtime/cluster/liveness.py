@@ -88,8 +88,6 @@ class Liveness:
         self._probing: dict[int, threading.Thread] = {}
         #: worker id -> (time.time() when declared lost, reason)
         self.lost = events.lost
-        #: what the last failed probe said (for the "lost" reason)
-        self._last_error = ""
         #: worker id -> the channel watched and its callback
         self._subscriptions: dict[int, tuple[grpc.Channel, Callable[..., None]]] = {}
 
@@ -203,10 +201,11 @@ class Liveness:
         try:
             while not self._stopped.is_set():
                 left = started + grace - time.monotonic()
-                if self._answers(peer, max(0.05, min(1.0, left))):
+                failure = self._probe_once(peer, max(0.05, min(1.0, left)))
+                if failure is None:
                     self._back(peer)
                     return
-                why = self._last_error
+                why = failure
                 left = started + grace - time.monotonic()
                 if left <= 0:
                     if self._declare_lost(peer, f"unreachable for {grace:g} s ({why})"):
@@ -220,16 +219,16 @@ class Liveness:
             with self._lock:
                 self._probing.pop(peer.id, None)
 
-    def _answers(self, peer: Peer, seconds: float) -> bool:
-        """One health probe: True when the process answered (anything but unreachable)."""
+    def _probe_once(self, peer: Peer, seconds: float) -> str | None:
+        """One health probe: None when the process answered (anything but unreachable), else
+        what the failure said."""
         try:
             self._transport.health(peer.dial, seconds)
-            return True
+            return None
         except grpc.RpcError as exc:
             if exc.code() not in _SUSPICIOUS:
-                return True  # it answered something: the process is there
-            self._last_error = f"{exc.code().name}: {exc.details()}"
-            return False
+                return None  # it answered something: the process is there
+            return f"{exc.code().name}: {exc.details()}"
 
     def _watch_lost(self, peer: Peer) -> None:
         """A lost peer is probed on (every ``RECOVERY_PROBE_SECONDS`` at most, on this probe's
@@ -239,7 +238,7 @@ class Liveness:
         while not self._stopped.is_set() and peer.id in self.lost:
             if self._ctx.peers.by_id.get(peer.id) != peer:
                 return  # it left its dynamic group, or another worker took its rank
-            if self._answers(peer, 1.0):
+            if self._probe_once(peer, 1.0) is None:
                 self._back(peer)
                 return
             self._stopped.wait(delay)
