@@ -84,6 +84,9 @@ STREAMS_PER_PEER = 8
 #: as needed (a reply past them waits for one, at most until its call's deadline cancels its
 #: stream; each holds its stream until its reply is read).
 STREAM_READERS = 32
+#: How long a peer whose connection looks stuck has to answer a health check before the
+#: connection is shut down (``Transport.drop_stuck``).
+STUCK_PROBE_SECONDS = 0.5
 #: Seconds a peer's fast-lane port has to accept the first connection (else its main port).
 PROBE_SECONDS = 3.0
 _NO_PIN: AbstractContextManager[Any] = nullcontext()
@@ -572,13 +575,28 @@ class Transport:
             stubs.channel.close()
 
     def drop_stuck(self, stubs: _Stubs) -> None:
-        """A call on ``stubs``' channel cancelled at its deadline did not end: its connection is
-        stuck (a cut link holds its writes). Shut the connection down (``stuck.py``), so that
-        every call on it ends now, and close the channel (the next call opens a new one)."""
+        """A call on ``stubs``' channel cancelled at its deadline has not ended: its connection
+        may be stuck (a cut link holds its writes). On a thread of its own: unless the peer
+        answers a health check at once (a loaded machine, not a stuck link), shut that
+        connection down (``stuck.py``), so that every call on it ends now, and close the
+        channel (the next call opens a new one)."""
+        threading.Thread(
+            target=self._drop_if_stuck, args=(stubs,), name="gradwire-stuck", daemon=True
+        ).start()
+
+    def _drop_if_stuck(self, stubs: _Stubs) -> None:
+        try:
+            self.health(stubs.address, STUCK_PROBE_SECONDS)
+            return  # it answers: the call will end by itself
+        except grpc.RpcError as exc:
+            if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                return  # it answered something (a lane without health): not stuck
+        except Exception:  # noqa: BLE001 - closed meanwhile: nothing to shut down
+            return
         shut = shut_connections_to(stubs.address)
         log.warning(
-            "the connection to %s is stuck (a call cancelled at its deadline did not end): "
-            "shut down %d socket(s)",
+            "the connection to %s is stuck (a call cancelled at its deadline did not end and "
+            "the peer does not answer): shut down %d socket(s)",
             stubs.address,
             shut,
         )
