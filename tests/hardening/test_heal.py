@@ -152,25 +152,9 @@ def test_a_grpc_call_keeps_its_timeout_to_an_address_that_never_answers(kind: st
     from gradwire._proto import worker_pb2 as pb
     from gradwire._runtime.transport.transport import Transport
     from gradwire._wire.framing import Frame
+    from rpc.listeners import full_listener, silent_listener
 
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    if kind.startswith("accepts"):
-        listener.listen(16)
-        threading.Thread(
-            target=lambda: [held.append(listener.accept()[0]) for _ in range(16)], daemon=True
-        ).start()
-    else:
-        listener.listen(0)
-        for _ in range(8):  # fill the backlog: later connections are never made
-            s = socket.socket()
-            s.setblocking(False)
-            try:
-                s.connect(listener.getsockname())
-            except BlockingIOError:
-                pass
-            held.append(s)
+    listener, held = silent_listener() if kind.startswith("accepts") else full_listener()
     transport = Transport(rpc.GrpcRpcBackendOptions(token="t", use_unix_socket=False), 0)
     address = f"127.0.0.1:{listener.getsockname()[1]}"
     try:

@@ -37,6 +37,7 @@ from gradwire.distributed.rpc._testing import free_port, run_cluster
 from gradwire.errors import SerializationError
 
 from .dynamic_group import until
+from .listeners import full_listener, silent_listener
 from .test_rpc_tls import pki  # noqa: F401 - the TLS test's certificates
 
 MAIN, PEER, NOBULK = "main", "peer", "nobulk"
@@ -1269,47 +1270,13 @@ def test_pinned_ports_are_the_ones_advertised() -> None:
 # -- every wait counts against the call's timeout (issue 37) ----------------------------------
 
 
-def _silent_listener() -> tuple[socket.socket, list[socket.socket]]:
-    """A listener that accepts and never says a byte (a frozen or broken lane)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(listener.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    return listener, held
-
-
-def _full_listener() -> tuple[socket.socket, list[socket.socket]]:
-    """A listener that never accepts, its backlog filled: a new connection is never made."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(0)
-    fillers = []
-    for _ in range(8):  # the kernel takes a few into its queue, then drops the SYNs
-        s = socket.socket()
-        s.setblocking(False)
-        try:
-            s.connect(listener.getsockname())
-        except BlockingIOError:
-            pass
-        fillers.append(s)
-    time.sleep(0.2)
-    return listener, fillers
-
-
 @pytest.mark.parametrize("kind", ["accepts, never greets", "never accepts"])
 def test_a_call_keeps_its_timeout_when_the_lane_cannot_be_had(
     monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     lane = agent_mod.current().bulk_lane
     assert lane is not None
-    listener, held = _silent_listener() if kind.startswith("accepts") else _full_listener()
+    listener, held = silent_listener() if kind.startswith("accepts") else full_listener()
     name = f"unreachable-{len(kind)}"
     peer = dataclasses.replace(
         agent_mod.current().by_name[PEER],
