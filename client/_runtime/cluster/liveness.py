@@ -5,10 +5,12 @@ Triggers, both event driven:
 - the failure of an in-flight call: every caller-side gRPC failure goes through
   ``transport.map_rpc_error``; an UNAVAILABLE or DEADLINE_EXCEEDED there makes the peer a
   *suspect*;
-- a channel state subscription (``grpc.Channel.subscribe``) on the channel to every peer,
-  opened at the rendezvous: a connection that drops (READY -> IDLE / TRANSIENT_FAILURE: the
-  peer's process closed it, e.g. it was killed) makes the peer a suspect even when this
-  worker has no call in flight to it (it may hold contexts the peer created).
+- the connectivity of the channel to every peer, opened at the rendezvous and read by one
+  thread every ``WATCH_SECONDS`` for all peers (about a microsecond a channel; gRPC's
+  ``Channel.subscribe`` would keep a thread per peer waking five times a second): a
+  connection that drops (READY -> IDLE / TRANSIENT_FAILURE: the peer's process closed it,
+  e.g. it was killed) makes the peer a suspect even when this worker has no call in flight
+  to it (it may hold contexts the peer created).
 
 A suspect is probed with the standard health check over its channel, with backoff, until it
 answers or ``peer_lost_seconds`` pass:
@@ -46,7 +48,7 @@ import grpc
 
 from ..._proto import worker_pb2 as pb
 from ..transport import transport
-from ..transport.transport import Transport
+from ..transport.transport import Transport, connectivity
 from .context import WorkerContext
 from .events import AgentState, ClusterEvents, ControlEvents
 from .workers import Peer
@@ -58,8 +60,26 @@ _SUSPICIOUS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: Running, or shutting down (a peer dying then must not hold the shutdown barriers).
 _WATCHED_STATES = (AgentState.RUNNING, AgentState.SHUTTING_DOWN)
 _DROPPED = (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.TRANSIENT_FAILURE)
+#: Connected, or connecting (a watch starts connecting: a member that cannot be reached,
+#: or that dies before the first reading, is a suspect too).
+_UP = (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.CONNECTING)
 #: The longest pause between two probes of a lost peer (they start at 0.25 s and double).
 RECOVERY_PROBE_SECONDS = 2.0
+#: How often the channels' connectivity is read (a dropped connection is seen this late).
+WATCH_SECONDS = 0.25
+
+
+class _Watch:
+    """One watched channel: the connectivity read last, and ``gone`` for a departed member
+    (called once its connection drops) or None for a member (a drop makes it a suspect)."""
+
+    __slots__ = ("peer", "channel", "gone", "last")
+
+    def __init__(self, peer: Peer, channel: grpc.Channel, gone: Callable[[Peer], None] | None):
+        self.peer = peer
+        self.channel = channel
+        self.gone = gone
+        self.last = grpc.ChannelConnectivity.CONNECTING
 
 
 class Liveness:
@@ -88,14 +108,18 @@ class Liveness:
         self._probing: dict[int, threading.Thread] = {}
         #: worker id -> (time.time() when declared lost, reason)
         self.lost = events.lost
-        #: worker id -> the channel watched and its callback
-        self._subscriptions: dict[int, tuple[grpc.Channel, Callable[..., None]]] = {}
+        #: worker id -> its channel as watched
+        self._watched: dict[int, _Watch] = {}
+        self._poller = threading.Thread(
+            target=self._poll, name=f"gradwire-liveness-{ctx.name}", daemon=True
+        )
 
     def start(self) -> None:
         """Listen for failed calls and watch the channel to every peer."""
         transport.add_failure_observer(self.report)
         for peer in self._ctx.peers:
             self.watch(peer)
+        self._poller.start()
 
     def watch(self, peer: Peer) -> None:
         """Watch the channel to ``peer`` (at the start, and when it joins a dynamic group)."""
@@ -107,10 +131,9 @@ class Liveness:
             channel = self._transport.channel(peer.dial)
         except Exception:  # noqa: BLE001 - shutting down already
             return
-        watch = self._watcher(peer)
-        channel.subscribe(watch, try_to_connect=True)
+        connectivity(channel, connect=True)  # connect now: a drop is seen only once READY
         with self._lock:
-            self._subscriptions[peer.id] = (channel, watch)
+            self._watched[peer.id] = _Watch(peer, channel, None)
 
     def watch_departure(self, peer: Peer, gone: Callable[[Peer], None]) -> None:
         """``peer`` left its dynamic group: call ``gone(peer)`` once its connection closes
@@ -122,55 +145,56 @@ class Liveness:
             channel = self._transport.channel(peer.dial)
         except Exception:  # noqa: BLE001 - shutting down already
             return
-        fired = threading.Event()
-
-        def on_state(state: grpc.ChannelConnectivity) -> None:
-            if state in _DROPPED and not fired.is_set():
-                fired.set()  # off gRPC's callback thread: ``gone`` may close this channel
-                threading.Thread(
-                    target=gone, args=(peer,), name=f"gradwire-departed-{peer.name}", daemon=True
-                ).start()
-
-        channel.subscribe(on_state, try_to_connect=False)
         with self._lock:
-            self._subscriptions[peer.id] = (channel, on_state)
+            self._watched[peer.id] = _Watch(peer, channel, gone)
 
     def forget(self, peer: Peer) -> None:
         """Stop watching ``peer`` (it left a dynamic group: its going away is no failure)."""
         with self._lock:
-            old = self._subscriptions.pop(peer.id, None)
-        if old is not None:
-            try:
-                old[0].unsubscribe(old[1])
-            except Exception:  # noqa: BLE001 - the channel may be closed already
-                pass
+            self._watched.pop(peer.id, None)
 
-    def _watcher(self, peer: Peer) -> Callable[[grpc.ChannelConnectivity], None]:
-        last = [grpc.ChannelConnectivity.IDLE]
+    def _poll(self) -> None:
+        """Read the connectivity of every watched channel each ``WATCH_SECONDS`` (one thread
+        for all peers, about a microsecond a channel; gRPC's ``subscribe`` would keep a
+        thread per channel waking five times a second)."""
+        while not self._stopped.wait(WATCH_SECONDS):
+            with self._lock:
+                watched = list(self._watched.values())
+            for w in watched:
+                state = connectivity(w.channel)
+                if state is None:
+                    continue  # closed (being replaced): the next watch() brings the new one
+                before, w.last = w.last, state
+                if w.gone is not None:
+                    if state in _DROPPED:
+                        self._departed(w)
+                elif before in _UP and state in _DROPPED:
+                    self.report(w.peer.name, grpc.StatusCode.UNAVAILABLE)
 
-        def on_state(state: grpc.ChannelConnectivity) -> None:
-            before, last[0] = last[0], state
-            if before == grpc.ChannelConnectivity.READY and state in _DROPPED:
-                self.report(peer.name, grpc.StatusCode.UNAVAILABLE)
-
-        return on_state
+    def _departed(self, w: _Watch) -> None:
+        with self._lock:
+            if self._watched.get(w.peer.id) is not w:
+                return
+            del self._watched[w.peer.id]
+        gone = w.gone
+        assert gone is not None
+        # Off the poller's thread: ``gone`` may close this channel and take its time.
+        threading.Thread(
+            target=gone, args=(w.peer,), name=f"gradwire-departed-{w.peer.name}", daemon=True
+        ).start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop listening; wait (bounded) for running probes to notice."""
         transport.remove_failure_observer(self.report)
         self._stopped.set()
         with self._lock:
-            subscriptions = list(self._subscriptions.values())
-            self._subscriptions.clear()
-        for channel, watch in subscriptions:
-            try:
-                channel.unsubscribe(watch)
-            except Exception:  # noqa: BLE001 - the channel may be closed already
-                pass
+            self._watched.clear()
         for worker_id in list(self.lost):
             transport.set_lost(self._ctx.peer_name(worker_id), None)
         with self._lock:
             threads = list(self._probing.values())
+        if self._poller.is_alive():
+            threads.append(self._poller)
         deadline = time.monotonic() + timeout
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))

@@ -50,6 +50,7 @@ from .stuck import shut_connections_to
 
 __all__ = [
     "Transport",
+    "connectivity",
     "map_rpc_error",
     "SERVICE",
     "channel_options",
@@ -265,6 +266,21 @@ class _Stubs:
             )
             self._framed[method] = stub
         return stub
+
+
+_BY_CODE = {c.value[0]: c for c in grpc.ChannelConnectivity}
+
+
+def connectivity(channel: grpc.Channel, connect: bool = False) -> grpc.ChannelConnectivity | None:
+    """The channel's connectivity now; an idle channel starts connecting if ``connect`` (None:
+    closed, or a gRPC without the core call). About a microsecond: the public API only offers ``subscribe()``,
+    which keeps a thread per channel waking five times a second, so the failure detector
+    reads every channel from one thread instead (``cluster/liveness.py``)."""
+    try:
+        code = channel._channel.check_connectivity_state(connect)  # type: ignore[attr-defined]  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - closed, or grpc internals moved
+        return None
+    return _BY_CODE.get(code)
 
 
 class Transport:
@@ -609,15 +625,8 @@ class Transport:
         """Connectivity of each cached channel, by address."""
         states = {}
         for address, stubs in list(self._stubs.items()):
-            try:
-                # The public API only offers subscribe(), which polls in a thread; the core
-                # channel answers directly without trying to connect.
-                code = stubs.channel._channel.check_connectivity_state(False)  # noqa: SLF001
-                states[address] = grpc.ChannelConnectivity(
-                    next(c for c in grpc.ChannelConnectivity if c.value[0] == code)
-                ).name
-            except Exception:  # pragma: no cover - depends on grpc internals
-                states[address] = "UNKNOWN"
+            state = connectivity(stubs.channel)
+            states[address] = "UNKNOWN" if state is None else state.name
         return states
 
     def close_streams(self) -> None:
