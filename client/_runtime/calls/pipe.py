@@ -89,6 +89,25 @@ class _Pending:
         self.pipe._expire(self.message_id)
 
 
+#: A pipe with no call in flight for this long is closed (its reader thread ends; the next call
+#: opens a new pipe): a worker keeps reader threads for the peers it calls, not for every peer.
+PIPE_IDLE_SECONDS = 5.0
+
+
+class _IdleClose:
+    """What the watchdog arms while a pipe has no call in flight: at the deadline, close it."""
+
+    __slots__ = ("pipe", "expired")
+
+    def __init__(self, pipe: _Calls) -> None:
+        self.pipe = pipe
+        self.expired = False
+
+    def cancel(self) -> None:  # the watchdog: idle for PIPE_IDLE_SECONDS
+        self.expired = False
+        self.pipe._close_if_idle()
+
+
 class _Calls:
     """What both pipes keep alike: the calls in flight, each answered once."""
 
@@ -97,6 +116,16 @@ class _Calls:
     _watchdog: Watchdog
     _failure: grpc.RpcError | None
     _closing: bool
+    _idle: _IdleClose
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _close_if_idle(self) -> None:
+        with self._lock:
+            idle = not self._pending and self._failure is None and not self._closing
+        if idle:
+            self.close()
 
     @property
     def alive(self) -> bool:
@@ -115,8 +144,11 @@ class _Calls:
     def _answer(self, message_id: int, frame: Frame | None, error: grpc.RpcError | None) -> None:
         with self._lock:
             entry = self._pending.pop(message_id, None)
+            drained = not self._pending
         if entry is None:
             return  # expired before its reply came, or an id this pipe never sent
+        if drained:  # (re)arm: each drain moves the deadline, one watchdog wake per idle spell
+            self._watchdog.arm(self._idle, time.monotonic() + PIPE_IDLE_SECONDS)
         self._watchdog.disarm(entry)
         entry.done(frame, error)
 
@@ -144,6 +176,7 @@ class Pipe(_Calls):
         self._pending: dict[int, _Pending] = {}
         self._failure: grpc.RpcError | None = None
         self._closing = False
+        self._idle = _IdleClose(self)
         self._replies = stub(self._requests(), metadata=metadata)
         self._reader = threading.Thread(target=self._read, name="gradwire-pipe", daemon=True)
         self._reader.start()
@@ -222,6 +255,7 @@ class Pipe(_Calls):
             if not self._closing:
                 self._closing = True
                 self._outbox.put(_END)  # let the request thread end
+        self._watchdog.disarm(self._idle)
         for entry in pending:
             self._watchdog.disarm(entry)
             entry.done(None, failure)
@@ -253,6 +287,7 @@ class CorePipe(_Calls):
         self._failure: grpc.RpcError | None = None
         self._closing = False
         self._ended = False  # the status came: no more events after the outstanding ones
+        self._idle = _IdleClose(self)
         self._call = streams.open_core_call(
             channel._channel,
             method.encode(),
@@ -382,6 +417,7 @@ class CorePipe(_Calls):
             self._closing = True
             self._queued = []
             pending, self._pending = list(self._pending.values()), {}
+        self._watchdog.disarm(self._idle)
         for entry in pending:
             self._watchdog.disarm(entry)
             entry.done(None, failure)

@@ -74,12 +74,14 @@ from .lane_io import (
     fill,
     keepalive,
     mac,
+    readable,
     recv_exact,
     send_parts,
     set_timeout,
     shut,
     still_open,
 )
+from .lane_rest import LINGER_SECONDS, Rest
 from .loop import in_loop_thread
 
 __all__ = [
@@ -201,6 +203,8 @@ class BulkLane(LaneCalls):
         #: rendezvous (a follower learns a made-up token from rank 0's reply), and a peer that
         #: joined first may dial this lane before then.
         self._running = threading.Event()
+        #: Quiet inbound connections wait here, on one thread for all of them.
+        self._rest = Rest(f"gradwire-bulk-rest-{ctx.name}")
         events.on_state(self._on_state)
 
     # -- the listener --------------------------------------------------------------------------
@@ -284,16 +288,36 @@ class BulkLane(LaneCalls):
         finally:
             with self._lock:
                 self._handshakes -= 1
+        if peer:
+            self._reading(conn, peer)
+        else:
+            self._drop_inbound(conn)
+
+    def _reading(self, conn: socket.socket, peer: str) -> None:
+        """Read ``peer``'s records on ``conn`` until it breaks or rests (``lane_rest``)."""
+        rested = False
         try:
-            if peer:
-                try:
-                    self._read_transfers(conn, peer)
-                finally:
-                    self.inbox.disconnected(peer)
+            rested = self._read_transfers(conn, peer)
         finally:
-            with self._lock:
-                self._conns.discard(conn)
-            conn.close()
+            if not rested:
+                self.inbox.disconnected(peer)
+                self._drop_inbound(conn)
+
+    def _resume(self, conn: socket.socket, peer: str) -> None:
+        """A resting connection became readable: a reader thread for it again."""
+        try:
+            threading.Thread(
+                target=self._reading, args=(conn, peer), name="gradwire-bulk-reader", daemon=True
+            ).start()
+        except RuntimeError as exc:  # no thread to be had: the peer's next use reconnects
+            log.warning("bulk lane of %s: cannot read from %s: %s", self._ctx.name, peer, exc)
+            self.inbox.disconnected(peer)
+            self._drop_inbound(conn)
+
+    def _drop_inbound(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+        conn.close()
 
     def _handshake(self, conn: socket.socket) -> str:
         """The sender's name once it proved it knows the token, else ""."""
@@ -330,20 +354,27 @@ class BulkLane(LaneCalls):
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go back on it
         return peer
 
-    def _read_transfers(self, conn: socket.socket, peer: str) -> None:
+    def _read_transfers(self, conn: socket.socket, peer: str) -> bool:
+        """Serve the records of ``peer`` on ``conn``; True once the connection rests (quiet
+        for ``LINGER_SECONDS``: its thread ends, ``_resume`` starts another when it is
+        readable), False when it broke or the peer broke the protocol."""
         inbox = self.inbox
         while True:
-            set_timeout(conn, None)  # idle: wait for the next record (keepalive ends dead peers)
+            if not readable(conn, LINGER_SECONDS) and self._rest.add(
+                conn, lambda c: self._resume(c, peer)
+            ):
+                return True
             try:
+                set_timeout(conn, None)  # wait for the whole record (keepalive ends dead peers)
                 head = recv_exact(conn, RECORD.size)
             except (OSError, ConnectionError):
-                return
+                return False
             if head is None:
-                return
+                return False
             transfer_id, nbytes = RECORD.unpack(head)
             if transfer_id == CALL:
                 if not self._answer(conn, peer, nbytes):
-                    return
+                    return False
                 continue
             if transfer_id == STATUS:  # only a listener sends those
                 log.warning(
@@ -351,12 +382,12 @@ class BulkLane(LaneCalls):
                     self._ctx.name,
                     peer,
                 )
-                return
+                return False
             if nbytes == CANCEL:
                 inbox.cancel(peer, transfer_id)
                 continue
             if not self._receive(conn, peer, transfer_id, nbytes, None):
-                return
+                return False
 
     def _receive(
         self,
@@ -679,6 +710,7 @@ class BulkLane(LaneCalls):
         bulk.uninstall(self.inbox)
         if self._listener is not None:
             self._listener.close()
+        self._rest.close()
         for conn in [c for link in links for c in link.conns()] + conns:
             shut(conn)
             conn.close()
@@ -697,12 +729,14 @@ class BulkLane(LaneCalls):
                 for name, link in self._links.items()
             }
             inbound = len(self._conns)
+        resting = self._rest.resting()
         return {
             "bulk_lane": {
                 "counters": bulk.stats(),
                 "inbox": self.inbox.info(),
                 "connections_out": links,
                 "connections_in": inbound,
+                "connections_resting": resting,
                 "parked": self.parked_count(),
             }
         }

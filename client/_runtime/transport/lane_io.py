@@ -35,6 +35,7 @@ __all__ = [
     "recv_exact",
     "discard",
     "still_open",
+    "readable",
     "status_record",
     "send_parts",
     "keepalive",
@@ -136,6 +137,17 @@ def still_open(sock: socket.socket) -> bool:
         return not poller.poll(0)
     except (OSError, ValueError):  # closed here (fileno -1)
         return False
+
+
+def readable(sock: socket.socket, seconds: float) -> bool:
+    """Whether ``sock`` has bytes (or an end) to read within ``seconds`` (at once when it has
+    them already; a closed socket counts as readable: the read says what happened)."""
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN | select.POLLPRI | _RDHUP)
+        return bool(poller.poll(int(seconds * 1000)))
+    except (OSError, ValueError):
+        return True
 
 
 def status_record(code: grpc.StatusCode, details: str) -> tuple[bytes, bytes]:
