@@ -19,7 +19,7 @@ worker's ``/proc`` entries, so no framework measures itself):
                 for all, ``--a2a-rounds`` rounds; the median round (at N=2: one call each way)
   rss_mib       resident memory per worker (median), measured idle after the all-to-all
   threads       threads per worker (max), idle after the all-to-all
-  idle_cpu_s    CPU seconds the whole cluster used in 3 s with no calls (after 1 s to settle)
+  idle_cpu_s    CPU seconds the whole cluster used in 3 s with no calls (after 6 s to settle)
   fanin_cps     fan-in, the parameter-server pattern: worker 0 calls a noop on every other
                 worker ``--calls`` times each, ``--inflight`` calls in flight; calls per second
   fanin_p50/p99 those calls' latencies (ms), from start to the future's callback
@@ -52,7 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_env import have_torch, run_where_torch_is  # noqa: E402
 
 ALL = ("gradwire", "gradwire-tcp", "torch", "torch-tcp")
-SETTLE_S = 1.0
+SETTLE_S = 6.0  # past the lane's linger (2 s) and the call pipes' idle close (5 s)
 IDLE_S = 3.0
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -364,8 +364,11 @@ def table(n: int, results: dict[str, list[dict[str, Any]]]) -> str:
     gradwire/torch on the same footing (defaults with defaults, TCP with TCP)."""
     names = [c for c in ALL if c in results]
     head = ["measure", *names]
-    pairs = [(g, t) for g, t in (("gradwire", "torch"), ("gradwire-tcp", "torch-tcp"))
-             if g in results and t in results]
+    pairs = [
+        (g, t)
+        for g, t in (("gradwire", "torch"), ("gradwire-tcp", "torch-tcp"))
+        if g in results and t in results
+    ]
     head += [f"{g} / {t}" for g, t in pairs]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     loads = [r["load"] for runs in results.values() for r in runs]

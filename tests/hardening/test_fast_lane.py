@@ -13,6 +13,7 @@ import pytest
 from gradwire import errors
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import current
+from gradwire._runtime.calls import caller as caller_mod
 from gradwire._runtime.calls.callee import Callee
 from gradwire._wire import calls, framing, pickler
 from gradwire._wire.pickler import EncodeContext
@@ -33,10 +34,11 @@ def test_plain_calls_take_the_fast_lane_and_deferred_ones_do_not(options: dict[s
     assert r["big_equal"] is True
     assert r["deferred"] == [1, 2, 3, 1, 2, 3]
     assert r["with_rref"] == 3
-    # The 5 plain rpc_sync calls, the big echo and the lane_count call that read `before`;
-    # not the 5 plain rpc_async calls (the call pipe, asyncio server), the six
+    # The 5 plain rpc_sync calls, the big echo, the lane_count call that read `before` and
+    # the 5 plain rpc_async calls (one in flight at a time: each finds the bulk lane's call
+    # connection idle, and the lane's calls are served as the fast lane's); not the six
     # @async_execution calls nor the call with an RRef argument (asyncio server).
-    assert r["lane_calls"] == 7
+    assert r["lane_calls"] == 12
 
 
 def test_no_fast_lane_without_unix_sockets_and_its_tcp_port() -> None:
@@ -198,9 +200,18 @@ ROUTES = {
         False,
         True,
     ),
-    # rpc_async's call pipe is served by the asyncio server, over the Unix socket or TCP.
+    # rpc_async's call pipe is served by the asyncio server, over the Unix socket or TCP (the
+    # test keeps these calls off the bulk lane: LANE_ASYNC_PER_PEER = 0).
     "pipe-unix": (_async, {"single_frame_bytes": 4096}, False, True),
     "pipe-tcp": (_async, {"single_frame_bytes": 4096, "use_unix_socket": False}, False, True),
+    # rpc_async, one call in flight: on the bulk lane's idle call connection, served as the
+    # fast lane serves a call.
+    "async-lane-tcp": (
+        _async,
+        {"single_frame_bytes": 4096, "use_unix_socket": False},
+        True,
+        True,
+    ),
     "framed-stream": (_sync, {"single_frame_bytes": 0}, False, False),
 }
 
@@ -219,8 +230,15 @@ def test_plain_calls_keep_every_outcome_of_the_general_path(
         return reply
 
     monkeypatch.setattr(Callee, "serve_plain", serve_plain)
+    if route.startswith("pipe"):
+        monkeypatch.setattr(caller_mod, "LANE_ASYNC_PER_PEER", 0)
     _solo(**options)
     try:
+        # A blocking call first opens the connections later calls may find idle (an
+        # rpc_async never waits for a connection); it is not counted.
+        assert rpc.rpc_sync("lane", lane_bodies.echo, (0,)) == 0
+        base = current().callee.served_fast_lane
+        served.clear()
         assert call("lane", lane_bodies.echo, (5,)) == 5
         assert call("lane", lane_bodies.keywords, (1,), {"b": 3}) == (1, 3)
         assert call("lane", "abc".upper) == "ABC"  # a bound method: self travels too
@@ -241,7 +259,7 @@ def test_plain_calls_keep_every_outcome_of_the_general_path(
             assert served == [True] * 6 + [False, False]
         else:  # a framed stream is never plain
             assert served == []
-        assert callee.served_fast_lane == (len(served) if lane else 0)
+        assert callee.served_fast_lane - base == (len(served) if lane else 0)
     finally:
         rpc.shutdown(graceful=False)
 

@@ -28,6 +28,7 @@ import grpc
 import numpy as np
 import pytest
 from gradwire._runtime import agent as agent_mod
+from gradwire._runtime.calls import caller as caller_mod
 from gradwire._runtime.calls.streams import StreamFailed
 from gradwire._runtime.transport import bulk_lane, lane_io
 from gradwire._runtime.transport import lane_calls as bulk_lane_calls
@@ -249,6 +250,28 @@ def _serves_large_tensors() -> None:
     assert _grew(before, _counts(), "taken") == [2]
 
 
+def _readers() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "gradwire-bulk-reader")
+
+
+def test_a_quiet_connection_rests_without_a_thread_and_wakes_for_the_next_record(
+    cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bulk_lane, "LINGER_SECONDS", 0.2)
+    _serves_large_tensors()  # "peer" sends on its connections to this lane
+    assert until(lambda: _readers() == 0, 10.0), "a quiet connection kept its reader thread"
+    info = lane_info()
+    assert info is not None and info["connections_resting"] >= 1
+    inbound = info["connections_in"]
+    _serves_large_tensors()  # a resting connection wakes for the next transfer
+    info = lane_info()
+    assert info is not None and info["connections_in"] == inbound  # the same connections
+    # and rests again once quiet.
+    assert until(lambda: _readers() == 0, 10.0)
+    rested = lane_info()
+    assert rested is not None and rested["connections_resting"] >= 1
+
+
 # -- what takes the lane, and what arrives ------------------------------------------------------
 
 
@@ -364,9 +387,13 @@ def test_a_tensor_finding_every_connection_busy_streams() -> None:
     assert _grew(before, _counts(), "sent", "fallback") == [1, 0]
 
 
-def test_large_replies_finding_every_connection_busy_all_stream_at_once() -> None:
+def test_large_replies_finding_every_connection_busy_all_stream_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The peer's replies stream in their frames when its connections to this worker are all
-    busy; ready at the same moment on one call pipe, each must still arrive."""
+    busy; ready at the same moment on one call pipe, each must still arrive (every call on
+    the pipe: none on a lane call connection, whose reply's tensors would go on it)."""
+    monkeypatch.setattr(caller_mod, "LANE_ASYNC_PER_PEER", 0)
     parties, n = 6, 3 * MiB // 8  # each reply fits one frame (single_frame_bytes, 4 MiB)
     assert rpc.rpc_sync(PEER, hold_connections, (MAIN,)) == bulk_lane.CONNECTIONS_PER_PEER
     try:

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from gradwire import errors
 from gradwire._runtime.agent import current
+from gradwire._runtime.calls import caller as caller_mod
 from gradwire._runtime.calls import pipe as pipes
 from gradwire._runtime.calls import streams as call_streams
 from gradwire._wire.framing import batch_end, pack_batch, split_batches, unpack_batch
@@ -34,6 +35,12 @@ def solo(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
     finally:
         rpc.shutdown(graceful=False)
+
+
+@pytest.fixture(autouse=True)
+def _every_call_on_the_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the pipe: no rpc_async goes on the bulk lane's idle connections."""
+    monkeypatch.setattr(caller_mod, "LANE_ASYNC_PER_PEER", 0)
 
 
 def _pipes() -> int:
@@ -84,6 +91,26 @@ def test_each_call_keeps_its_deadline_and_the_pipe_goes_on(solo: None) -> None:
         late.wait()
     assert ok.wait() == "ok"
     assert rpc.rpc_async("solo", operator.add, (1, 2)).wait() == 3
+    assert _pipes() == 1
+
+
+def _pipe_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "gradwire-pipe")
+
+
+def test_an_idle_pipe_closes_with_its_thread_and_the_next_call_opens_one(
+    solo: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pipes, "PIPE_IDLE_SECONDS", 0.3)
+    # A call in flight longer than the idle time keeps its pipe: only an idle one closes.
+    assert rpc.rpc_async("solo", bodies.sleep_then, (1.0, "slow")).wait() == "slow"
+    assert rpc.rpc_async("solo", operator.add, (1, 2)).wait() == 3
+    assert _pipes() == 1
+    deadline = time.monotonic() + 10
+    while (_pipes() or _pipe_threads()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pipes() == 0 and _pipe_threads() == 0, "an idle pipe kept its reader thread"
+    assert [rpc.rpc_async("solo", operator.add, (i, 1)).wait() for i in range(3)] == [1, 2, 3]
     assert _pipes() == 1
 
 

@@ -14,6 +14,7 @@ import asyncio
 import itertools
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -170,7 +171,8 @@ class Callee:
             self._per_peer[caller_id] += 1
             self.in_flight += 1
             self.served_fast_lane += fast_lane
-            return True
+        self._ctx.peers.heard[caller_id] = time.monotonic()
+        return True
 
     def leave(self, caller_id: int, failed: bool) -> None:
         """Uncount a finished call."""

@@ -40,6 +40,10 @@ class PeerTable:
         self.device_maps = device_maps
         #: The size of a fixed group (ranks 0..world_size-1); 0 for a dynamic one.
         self.world_size = world_size
+        #: worker id -> ``time.monotonic()`` when a call or a reply from it last arrived: a
+        #: peer heard from lately is alive, however slowly it answers a health check
+        #: (``Liveness``; written without a lock, one float per message).
+        self.heard: dict[int, float] = {}
         self._lock = threading.Lock()
 
     def fill(self, peers: list[Peer], device_maps: DeviceMaps) -> None:

@@ -13,9 +13,12 @@ Triggers, both event driven:
   to it (it may hold contexts the peer created).
 
 A suspect is probed with the standard health check over its channel, with backoff, until it
-answers or ``peer_lost_seconds`` pass:
+answers or ``peer_lost_seconds`` pass (one probe may wait for what is left of them: on a
+machine running dozens of workers on a few cores, a live peer answers late):
 
 - SERVING or NOT_SERVING (shutting down gracefully): alive, nothing happens;
+- no answer, but a call or a reply from the peer arrived within ``peer_lost_seconds``
+  (``PeerTable.heard``): alive, only slow;
 - unreachable for ``peer_lost_seconds``: the peer is *lost*: the detector publishes it
   (``ClusterEvents.peer_lost``) and a ``PeerLost`` control event. The agent subscribed, in
   this order: every pending call to it fails with WorkerUnavailableError naming the peer and
@@ -60,13 +63,21 @@ _SUSPICIOUS = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 #: Running, or shutting down (a peer dying then must not hold the shutdown barriers).
 _WATCHED_STATES = (AgentState.RUNNING, AgentState.SHUTTING_DOWN)
 _DROPPED = (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.TRANSIENT_FAILURE)
-#: Connected, or connecting (a watch starts connecting: a member that cannot be reached,
-#: or that dies before the first reading, is a suspect too).
-_UP = (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.CONNECTING)
 #: The longest pause between two probes of a lost peer (they start at 0.25 s and double).
 RECOVERY_PROBE_SECONDS = 2.0
 #: How often the channels' connectivity is read (a dropped connection is seen this late).
 WATCH_SECONDS = 0.25
+
+
+def _dropped(before: grpc.ChannelConnectivity, now: grpc.ChannelConnectivity) -> bool:
+    """Whether a watched channel's change from ``before`` to ``now`` means its connection
+    dropped: from READY to IDLE or TRANSIENT_FAILURE, or from CONNECTING to IDLE (it connected
+    and closed between two readings). A first connection that fails (CONNECTING to
+    TRANSIENT_FAILURE) is not one: dozens of workers connecting at once overflow a listener's
+    backlog, and gRPC tries again; a call that cannot reach the peer makes it a suspect."""
+    if now == grpc.ChannelConnectivity.IDLE:
+        return before in (grpc.ChannelConnectivity.READY, grpc.ChannelConnectivity.CONNECTING)
+    return before == grpc.ChannelConnectivity.READY and now in _DROPPED
 
 
 class _Watch:
@@ -168,7 +179,7 @@ class Liveness:
                 if w.gone is not None:
                     if state in _DROPPED:
                         self._departed(w)
-                elif before in _UP and state in _DROPPED:
+                elif _dropped(before, state):
                     self.report(w.peer.name, grpc.StatusCode.UNAVAILABLE)
 
     def _departed(self, w: _Watch) -> None:
@@ -225,13 +236,22 @@ class Liveness:
         try:
             while not self._stopped.is_set():
                 left = started + grace - time.monotonic()
-                failure = self._probe_once(peer, max(0.05, min(1.0, left)))
+                # One probe may take what is left of the grace: a loaded machine's peer that
+                # answers late is alive (a refused connection fails at once and is retried).
+                failure = self._probe_once(peer, max(0.05, left))
                 if failure is None:
                     self._back(peer)
                     return
                 why = failure
                 left = started + grace - time.monotonic()
                 if left <= 0:
+                    heard = ctx.peers.heard.get(peer.id)
+                    if heard is not None and time.monotonic() - heard < grace:
+                        # It sent a call or a reply within the grace: alive, only slow to
+                        # answer the health check (dozens of workers on a few cores).
+                        log.info("%s: %s answers slowly but is heard from", ctx.name, peer.name)
+                        self._back(peer)
+                        return
                     if self._declare_lost(peer, f"unreachable for {grace:g} s ({why})"):
                         self._watch_lost(peer)
                     return

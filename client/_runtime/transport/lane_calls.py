@@ -323,16 +323,18 @@ class LaneCalls:
         done: Done,
         park: Callable[[Parked], None] | None = None,
         quick: bool = False,
+        connect: bool = True,
     ) -> bool:
         """Send the encoded one-frame call to ``peer`` on a lane connection from this thread
         and return at once; a thread of ``readers`` reads the answer and runs ``done(reply
         frame, None)`` or ``done(None, StreamFailed)``. False when the call could not be sent
-        (send it another way), as ``Streams.start``.
+        (send it another way), as ``Streams.start``; without ``connect``, also when no
+        connection is open and idle (one is opened in the background for the next call).
 
         With ``park``, or for a ``quick`` call (its answer comes at once: an RRef delete),
         the answer may be parked instead (``Parked``, given to ``park``): the call that
         claims it reads it, or a reader thread after ``PARK_SECONDS``."""
-        sent = self._send_call(peer, encoded, timeout, None, quick=quick)
+        sent = self._send_call(peer, encoded, timeout, None, quick=quick, connect=connect)
         if sent is None:
             return False
         if park is not None or quick:
@@ -494,6 +496,7 @@ class LaneCalls:
         pin: Pin | None,
         behind: Parked | None = None,
         quick: bool = False,
+        connect: bool = True,
     ) -> _Sent | None:
         """Write the call record of ``raw`` on a call connection to ``peer``: ``pin``'s if it
         has one, else right behind the claimed ``behind`` or a quick parked chain, else an
@@ -518,7 +521,7 @@ class LaneCalls:
                 bulk.count("behind")
             else:
                 # for calls; a quick one (housekeeping) never waits on a new connection
-                conn = self._take(name, peer.bulk_address, True, timeout, not quick)
+                conn = self._take(name, peer.bulk_address, True, timeout, connect and not quick)
                 if conn is None:
                     return None
             if pin is not None:

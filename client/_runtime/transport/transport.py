@@ -439,13 +439,15 @@ class Transport:
         peer: Peer | None = None,
         park: Callable[[Parked], None] | None = None,
         quick: bool = False,
+        lane_only: bool = False,
     ) -> bool:
         """Start a single-frame call on ``peer``'s bulk lane when it serves the call (as
-        ``call``), else on one of the address's call streams, sent from this thread; a reader
-        thread waits for its reply and runs ``done(reply frame, None)`` or ``done(None, grpc
-        error)``. False when no stream is free (send it on the pipe). With ``park`` (or for a
-        ``quick`` call, answered at once: an RRef delete), a call on the lane may leave its
-        answer parked for a call behind it (``BulkLane.start``)."""
+        ``call``), else (unless ``lane_only``: then only on a lane connection already open)
+        on one of the address's call streams, sent from this thread; a reader thread waits for its reply and runs ``done(reply frame, None)``
+        or ``done(None, grpc error)``. False when no lane connection or stream is free (send it
+        on the pipe). With ``park`` (or for a ``quick`` call, answered at once: an RRef delete),
+        a call on the lane may leave its answer parked for a call behind it
+        (``BulkLane.start``)."""
         readers = self._readers
         if readers is None:
             with self._lock:
@@ -459,9 +461,11 @@ class Transport:
         lane = self.lane
         if lane is not None and peer is not None and lane.serves(peer, address):
             deadline = None if timeout is None else time.monotonic() + timeout
-            if lane.start(peer, encoded, timeout, readers, done, park, quick):
+            if lane.start(peer, encoded, timeout, readers, done, park, quick, not lane_only):
                 return True
             timeout = _left(deadline)  # the lane's connect counted against the call
+        if lane_only:
+            return False
         return self._get(address).streams.start(encoded, timeout, readers, done)
 
     def pipe_call(
