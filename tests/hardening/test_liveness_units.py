@@ -116,6 +116,12 @@ class _SlowHealth:
         raise _Failed(grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
+@pytest.fixture(autouse=True)
+def _quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The detector's grace as on a quiet machine (it grows with the load average)."""
+    monkeypatch.setattr(liveness_mod, "_load", lambda: 0.0)
+
+
 def _detector(health: _SlowHealth, grace: float) -> tuple[Any, Peer, list[str]]:
     options = rpc.GrpcRpcBackendOptions(peer_lost_seconds=grace)
     table = PeerTable(DeviceMaps("w0", {}), 2)
@@ -188,3 +194,24 @@ def test_a_peer_heard_from_within_the_grace_is_not_lost_however_slow_its_health_
 )
 def test_which_connectivity_changes_make_a_suspect(before: C, now: C, dropped: bool) -> None:
     assert liveness_mod._dropped(before, now) is dropped
+
+
+def test_the_grace_grows_with_the_load_only_on_an_overloaded_machine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    detector, _, _ = _detector(_SlowHealth(None), grace=2.0)
+    cpus = liveness_mod.os.cpu_count() or 1
+    monkeypatch.setattr(liveness_mod, "_load", lambda: 1.0 * cpus)
+    assert detector._grace() == 2.0
+    monkeypatch.setattr(liveness_mod, "_load", lambda: 80.0 * cpus)
+    assert detector._grace() == 20.0  # 10 times past OVERLOADED_PER_CPU (8)
+    monkeypatch.setattr(liveness_mod, "_load", lambda: 8000.0 * cpus)
+    assert detector._grace() == detector._ctx.options.rpc_timeout  # never past it
+
+
+_REAL_LOAD = liveness_mod._load  # before the fixture replaces it
+
+
+def test_the_load_is_read_from_this_machine() -> None:
+    load = _REAL_LOAD()
+    assert load is not None and load >= 0.0  # Linux: /proc/loadavg

@@ -19,6 +19,8 @@ machine running dozens of workers on a few cores, a live peer answers late):
 - SERVING or NOT_SERVING (shutting down gracefully): alive, nothing happens;
 - no answer, but a call or a reply from the peer arrived within ``peer_lost_seconds``
   (``PeerTable.heard``): alive, only slow;
+- on an overloaded machine (a load average of more than ``OVERLOADED_PER_CPU`` per CPU) the
+  grace grows with the load, up to the ``rpc_timeout`` (``_grace``);
 - unreachable for ``peer_lost_seconds``: the peer is *lost*: the detector publishes it
   (``ClusterEvents.peer_lost``) and a ``PeerLost`` control event. The agent subscribed, in
   this order: every pending call to it fails with WorkerUnavailableError naming the peer and
@@ -43,6 +45,7 @@ its contexts and RRefs were reclaimed on both sides), so nothing stale is left.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -67,6 +70,25 @@ _DROPPED = (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.TRANSIENT_FA
 RECOVERY_PROBE_SECONDS = 2.0
 #: How often the channels' connectivity is read (a dropped connection is seen this late).
 WATCH_SECONDS = 0.25
+#: Runnable threads per CPU (the load average) past which this machine counts as overloaded:
+#: the grace before a silent peer is lost then grows with the load (``Liveness._grace``).
+OVERLOADED_PER_CPU = 8.0
+
+
+def _load() -> float | None:
+    """Runnable threads on this machine: the larger of the one-minute load average and the
+    threads runnable right now (the average lags a minute behind a cluster that just started;
+    Linux's ``/proc/loadavg``, else ``os.getloadavg``). None where neither exists."""
+    try:
+        with open("/proc/loadavg") as f:
+            fields = f.read().split()
+        return max(float(fields[0]), float(fields[3].split("/")[0]))
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
 
 
 def _dropped(before: grpc.ChannelConnectivity, now: grpc.ChannelConnectivity) -> bool:
@@ -121,6 +143,7 @@ class Liveness:
         self.lost = events.lost
         #: worker id -> its channel as watched
         self._watched: dict[int, _Watch] = {}
+        self._overload_logged = False
         self._poller = threading.Thread(
             target=self._poll, name=f"gradwire-liveness-{ctx.name}", daemon=True
         )
@@ -230,7 +253,7 @@ class Liveness:
 
     def _probe(self, peer: Peer) -> None:
         ctx = self._ctx
-        grace = ctx.options.peer_lost_seconds
+        grace = self._grace()
         started = time.monotonic()
         delay, why = 0.05, ""
         try:
@@ -262,6 +285,33 @@ class Liveness:
         finally:
             with self._lock:
                 self._probing.pop(peer.id, None)
+
+    def _grace(self) -> float:
+        """``peer_lost_seconds``, longer on an overloaded machine: with dozens of runnable
+        threads per CPU (64 workers on 2 cores) a live peer, or this worker itself, may not run
+        for seconds, and a frozen peer looks the same as a starved one until more time passed.
+        Past ``OVERLOADED_PER_CPU`` the grace grows in proportion to the load, up to the
+        ``rpc_timeout`` (a call would have failed by then anyway)."""
+        base = self._ctx.options.peer_lost_seconds
+        load = _load()
+        if load is None:
+            return base
+        per_cpu = load / (os.cpu_count() or 1)
+        if per_cpu <= OVERLOADED_PER_CPU:
+            return base
+        grace = min(max(base, self._ctx.options.rpc_timeout), base * per_cpu / OVERLOADED_PER_CPU)
+        if not self._overload_logged:
+            self._overload_logged = True
+            log.warning(
+                "%s: this machine is overloaded (load average %.0f on %d CPUs): a silent peer "
+                "counts as lost after %.0f s instead of peer_lost_seconds=%g",
+                self._ctx.name,
+                per_cpu * (os.cpu_count() or 1),
+                os.cpu_count() or 1,
+                grace,
+                base,
+            )
+        return grace
 
     def _probe_once(self, peer: Peer, seconds: float) -> str | None:
         """One health probe: None when the process answered (anything but unreachable), else
