@@ -207,7 +207,7 @@ def _worker(
         rpc.shutdown()
         out.put((rank, "shutdown", time.time()))
     except BaseException as exc:  # noqa: BLE001 - the parent reports it
-        out.put((rank, "error", f"{type(exc).__name__}: {exc}"[:300]))
+        out.put((rank, "error", f"{type(exc).__name__}: {exc}"[:1000]))
         try:
             barrier.abort()
         except Exception:  # noqa: BLE001
@@ -311,7 +311,7 @@ def run_one(contestant: str, n: int, args: dict[str, int], deadline: float) -> d
         t = time.time()
         result["shutdown_s"] = max(collect("shutdown", n)) - t
     except Exception as exc:  # noqa: BLE001 - reported in the table
-        result["error"] = f"{type(exc).__name__}: {exc}"[:400]
+        result["error"] = f"{type(exc).__name__}: {exc}"[:1000]
         try:
             barrier.abort()
         except Exception:  # noqa: BLE001

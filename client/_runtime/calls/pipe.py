@@ -122,10 +122,12 @@ class _Calls:
         raise NotImplementedError
 
     def _close_if_idle(self) -> None:
-        with self._lock:
-            idle = not self._pending and self._failure is None and not self._closing
-        if idle:
-            self.close()
+        with self._lock:  # checked and closed at once: a call submitted meanwhile keeps it open
+            if not self._pending and self._failure is None and not self._closing:
+                self._end_sends_locked()
+
+    def _end_sends_locked(self) -> None:
+        raise NotImplementedError
 
     @property
     def alive(self) -> bool:
@@ -197,8 +199,11 @@ class Pipe(_Calls):
         still pending then fail)."""
         with self._lock:
             if not self._closing:
-                self._closing = True
-                self._outbox.put(_END)
+                self._end_sends_locked()
+
+    def _end_sends_locked(self) -> None:
+        self._closing = True
+        self._outbox.put(_END)
 
     def cancel(self) -> None:
         """End the stream now; pending calls fail with CANCELLED."""
@@ -319,9 +324,12 @@ class CorePipe(_Calls):
         still pending then fail)."""
         with self._lock:
             if not self._closing:
-                self._closing = True
-                if not self._sending:
-                    self._close_locked()
+                self._end_sends_locked()
+
+    def _end_sends_locked(self) -> None:
+        self._closing = True
+        if not self._sending:
+            self._close_locked()
 
     def cancel(self) -> None:
         """End the stream now; pending calls fail with CANCELLED."""

@@ -106,6 +106,9 @@ HANDSHAKE_SECONDS = 5.0
 MAX_HANDSHAKES = 64
 #: Connections a listener keeps open at once.
 MAX_CONNECTIONS = 1024
+#: Connections the kernel queues before the listener accepts them: dozens of peers dialing
+#: one loaded worker at once (the kernel caps it at ``net.core.somaxconn``).
+LISTEN_BACKLOG = 1024
 #: Connections a sender opens to one peer (a tensor finding all busy streams instead).
 CONNECTIONS_PER_PEER = 4
 #: Connections a caller keeps for calls to one peer (more calls at once go by gRPC).
@@ -218,7 +221,7 @@ class BulkLane(LaneCalls):
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((bind, self._ctx.options.bulk_port))
-            sock.listen(128)
+            sock.listen(LISTEN_BACKLOG)
         except OSError as exc:
             log.warning("%s: no bulk lane, cannot listen on %s: %s", self._ctx.name, bind, exc)
             return ""
