@@ -102,14 +102,14 @@ class Rest:
                             except (OSError, ValueError, KeyError):  # closed meanwhile
                                 conn.close()
                         continue
-                    conn = key.fileobj
-                    assert isinstance(conn, socket.socket)
-                    selector.unregister(conn)
+                    ready = key.fileobj
+                    assert isinstance(ready, socket.socket)
+                    selector.unregister(ready)
                     try:
-                        key.data(conn)
+                        key.data(ready)
                     except Exception:  # noqa: BLE001 - one connection must not stop the others
                         log.exception("%s: resuming a lane connection failed", self._name)
-                        conn.close()
+                        ready.close()
         finally:
             selector.close()
             wake_r.close()

@@ -273,11 +273,11 @@ _BY_CODE = {c.value[0]: c for c in grpc.ChannelConnectivity}
 
 def connectivity(channel: grpc.Channel, connect: bool = False) -> grpc.ChannelConnectivity | None:
     """The channel's connectivity now; an idle channel starts connecting if ``connect`` (None:
-    closed, or a gRPC without the core call). About a microsecond: the public API only offers ``subscribe()``,
-    which keeps a thread per channel waking five times a second, so the failure detector
-    reads every channel from one thread instead (``cluster/liveness.py``)."""
+    closed, or a gRPC without the core call). About a microsecond: the public API only offers
+    ``subscribe()``, which keeps a thread per channel waking five times a second, so the
+    failure detector reads every channel from one thread instead (``cluster/liveness.py``)."""
     try:
-        code = channel._channel.check_connectivity_state(connect)  # type: ignore[attr-defined]  # noqa: SLF001
+        code = channel._channel.check_connectivity_state(connect)  # noqa: SLF001
     except Exception:  # noqa: BLE001 - closed, or grpc internals moved
         return None
     return _BY_CODE.get(code)
