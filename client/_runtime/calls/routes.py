@@ -4,7 +4,9 @@ A call is sent one of three ways, each a :class:`Route`:
 
 - ``PIPE``: one frame among many in flight on the address's ``CallPipe`` stream, sent in
   batches with the other calls waiting to go and answered in batches, in any order
-  (``pipe``); no thread of either side waits for the reply: ``rpc_async``.
+  (``pipe``); no thread of either side waits for the reply: ``rpc_async``. (The caller sends
+  the first two such calls in flight to a peer on its bulk lane instead, when a connection
+  there is idle and the reply cannot come later: ``Caller._start_async``.)
 - ``CALL_STREAM``: one frame sent and answered on the calling thread: on the peer's bulk lane
   when it has one (``Transport.call``, ``BulkLane.exchange``), else on one of the address's
   open ``CallStream`` streams (``streams``), a unary ``Call`` when every stream is busy:
