@@ -69,7 +69,7 @@ _DROPPED = (grpc.ChannelConnectivity.IDLE, grpc.ChannelConnectivity.TRANSIENT_FA
 #: The longest pause between two probes of a lost peer (they start at 0.25 s and double).
 RECOVERY_PROBE_SECONDS = 2.0
 #: How often the channels' connectivity is read (a dropped connection is seen this late).
-WATCH_SECONDS = 0.25
+WATCH_SECONDS = 1.0
 #: Runnable threads per CPU (the load average) past which this machine counts as overloaded:
 #: the grace before a silent peer is lost then grows with the load (``Liveness._grace``).
 OVERLOADED_PER_CPU = 8.0
