@@ -301,12 +301,16 @@ class Caller:
                 on_done(reply, error)
 
             try:
-                if self._transport.stream_call(
+                on_lane = self._transport.stream_call(
                     peer.call_dial, encoded, timeout, on_lane_done, peer, lane_only=True
-                ):
-                    return
-            except Exception:  # noqa: BLE001 - closing: the pipe says how
-                pass
+                )
+            except grpc.RpcError as exc:  # written, then the transport closed: never resent
+                on_lane_done(None, exc)
+                return
+            except GradwireError:  # shut down before anything was sent: the pipe says how
+                on_lane = False
+            if on_lane:
+                return
             self._lane_free(peer.id)
         try:
             self._transport.pipe_call(dial, call.message_id, encoded, timeout, on_done)
