@@ -31,8 +31,9 @@ Protocol (docs/wire.md, "The bulk lane"), all integers little-endian:
 A sender keeps up to ``CONNECTIONS_PER_PEER`` connections to each peer, one transfer at a time
 on each; a tensor finding them all busy, a peer whose lane cannot be reached or a connection
 that fails mid-transfer, streams in its message's frames instead (nothing is lost). The
-listener runs one thread that accepts and one per connection, each blocked in ``recv`` while
-idle (no CPU); TCP keepalive ends a connection whose sender vanished. Under TLS there is no
+listener runs one thread that accepts and one per active connection; a connection quiet for
+``LINGER_SECONDS`` rests on the one thread of ``lane_rest`` (no thread of its own, no CPU) until
+it is readable again; TCP keepalive ends a connection whose sender vanished. Under TLS there is no
 bulk lane (the bytes stay in the encrypted gRPC stream).
 
 Calls on the lane (``lane_calls``): ``BulkLane`` mixes in ``LaneCalls``
