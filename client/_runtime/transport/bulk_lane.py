@@ -292,10 +292,10 @@ class BulkLane(LaneCalls):
         finally:
             with self._lock:
                 self._handshakes -= 1
+            if not peer:  # refused, failed, or an unexpected error: nothing more on it
+                self._drop_inbound(conn)
         if peer:
             self._reading(conn, peer)
-        else:
-            self._drop_inbound(conn)
 
     def _reading(self, conn: socket.socket, peer: str) -> None:
         """Read ``peer``'s records on ``conn`` until it breaks or rests (``lane_rest``)."""
