@@ -205,6 +205,11 @@ def _leaf(seed: int) -> gw.Tensor:
     return gw.tensor([float(seed), 2.0, 3.0], dtype=gw.float64, requires_grad=True)
 
 
+def threads_named(name: str) -> int:
+    """How many of this process' threads are named ``name``."""
+    return sum(1 for t in threading.enumerate() if t.name == name)
+
+
 def until(check: Callable[[], bool], seconds: float) -> bool:
     """Poll ``check`` every 50 ms; whether it held within ``seconds``."""
     deadline = time.monotonic() + seconds

@@ -37,7 +37,7 @@ from gradwire.distributed import rpc
 from gradwire.distributed.rpc._testing import free_port, run_cluster
 from gradwire.errors import SerializationError
 
-from .dynamic_group import until
+from .dynamic_group import threads_named, until
 from .listeners import full_listener, silent_listener
 from .test_rpc_tls import pki  # noqa: F401 - the TLS test's certificates
 
@@ -251,7 +251,7 @@ def _serves_large_tensors() -> None:
 
 
 def _readers() -> int:
-    return sum(1 for t in threading.enumerate() if t.name == "gradwire-bulk-reader")
+    return threads_named("gradwire-bulk-reader")
 
 
 def test_a_quiet_connection_rests_without_a_thread_and_wakes_for_the_next_record(

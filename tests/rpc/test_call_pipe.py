@@ -26,6 +26,7 @@ from gradwire.server import servicer as servicer_module
 
 from . import bodies
 from .conftest import solo_options
+from .dynamic_group import threads_named
 
 
 @pytest.fixture(scope="module", params=["unix", "tcp"])
@@ -95,7 +96,7 @@ def test_each_call_keeps_its_deadline_and_the_pipe_goes_on(solo: None) -> None:
 
 
 def _pipe_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name == "gradwire-pipe")
+    return threads_named("gradwire-pipe")
 
 
 def test_an_idle_pipe_closes_with_its_thread_and_the_next_call_opens_one(

@@ -118,9 +118,6 @@ class _Calls:
     _closing: bool
     _idle: _IdleClose
 
-    def close(self) -> None:
-        raise NotImplementedError
-
     def _close_if_idle(self) -> None:
         with self._lock:  # checked and closed at once: a call submitted meanwhile keeps it open
             if not self._pending and self._failure is None and not self._closing:
