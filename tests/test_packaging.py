@@ -40,3 +40,21 @@ def test_no_top_level_client_or_server_module_is_importable_from_site_packages()
     assert Path(gradwire.__file__).parent.name == "client"
     assert Path(gradwire.server.__file__).parent.name == "server"
     assert "client" not in sys.modules and "server" not in sys.modules
+
+
+def test_the_claimed_pythons_start_at_the_floor_and_ci_tests_each() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    prefix = "Programming Language :: Python :: 3."
+    minors = sorted(int(c[len(prefix) :]) for c in config["classifiers"] if c.startswith(prefix))
+    floor = config["requires-python"]
+    assert floor.startswith(">=3.") and minors, (floor, minors)
+    assert minors[0] == int(floor[len(">=3.") :]), "the first classifier is requires-python's"
+    assert minors == list(range(minors[0], minors[-1] + 1)), f"a gap in the claimed: {minors}"
+    assert sys.version_info[:2] >= (3, minors[0])
+    # CI runs every claimed Python through scripts/each_python.sh, which reads the classifiers.
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "scripts/each_python.sh" in ci
+    script = (ROOT / "scripts" / "each_python.sh").read_text()
+    assert "Programming Language :: Python ::" in script
+    # The README states the same floor.
+    assert f"Python >= 3.{minors[0]}" in (ROOT / "README.md").read_text()

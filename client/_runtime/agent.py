@@ -36,6 +36,7 @@ import grpc
 
 from .._proto import worker_pb2 as pb
 from .._wire import guard
+from .._wire.policy import unreviewed_numpy
 from ..errors import (
     AuthenticationError,
     RpcInitError,
@@ -88,6 +89,16 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_numpy_noted = threading.Lock()
+
+
+def _note_unreviewed_numpy() -> None:
+    """Say once per process when NumPy is of a series the policy's lists were not reviewed
+    against (pyproject.toml admits only reviewed ones; another may be installed by hand)."""
+    note = unreviewed_numpy()
+    if note and _numpy_noted.acquire(blocking=False):
+        log.warning(note)
 
 
 _current: Agent | None = None
@@ -220,6 +231,8 @@ class Agent:
         self.policy = options.policy()
         if self.policy.guarded:
             guard.install()  # the audit hook, once per process (docs/security.md)
+        if not self.policy.trust_everything:
+            _note_unreviewed_numpy()
         self.plan = plan(options.init_method, self.rank, world_size, options.listen_address)
         #: A worker that enters the shutdown barrier as soon as it joined, to serve until the
         #: job ends (gradwire-worker --until job), reports SERVING to health checks while it

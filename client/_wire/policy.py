@@ -53,6 +53,7 @@ __all__ = [
     "verified_origin",
     "ROUTINE_TYPES",
     "default_objects",
+    "unreviewed_numpy",
 ]
 
 #: Names refused even when a user ``allow`` pattern opens their module (file and process
@@ -111,6 +112,32 @@ def _unwrap(obj: Any) -> Any:
     if isinstance(obj, types.MethodType):
         return obj.__func__
     return obj
+
+
+def unreviewed_numpy(version: str | None = None) -> str:
+    """What to tell the user when the NumPy installed here (or ``version``) is of a series the
+    reviewed lists were not reviewed against; ``""`` when it is reviewed."""
+    if version is None:
+        import numpy
+
+        version = numpy.__version__
+    series = policy_lists.numpy_series(version)
+    if series in policy_lists.REVIEWED_NUMPY:
+        return ""
+    reviewed = ", ".join(policy_lists.REVIEWED_NUMPY)
+    return (
+        f"NumPy {version} is installed, but the callable policy's lists were reviewed only "
+        f"against NumPy {reviewed}: a NumPy callable this series added is refused to peers, "
+        "and no name was checked for a change of meaning. Install a reviewed series "
+        f"(pip install 'numpy>={policy_lists.REVIEWED_NUMPY[0]},"
+        f"<{_next_series(policy_lists.REVIEWED_NUMPY[-1])}') or a gradwire release reviewed "
+        f"against NumPy {series}."
+    )
+
+
+def _next_series(series: str) -> str:
+    major, minor = series.split(".")
+    return f"{major}.{int(minor) + 1}"
 
 
 _default_lock = threading.Lock()

@@ -30,6 +30,8 @@ __all__ = [
     "NUMPY_NAMESPACES",
     "GRADWIRE_NAMESPACES",
     "REVIEWED_NUMPY",
+    "ABSENT",
+    "numpy_series",
 ]
 
 
@@ -50,9 +52,17 @@ def _names(block: str) -> frozenset[str]:
     return frozenset(out)
 
 
-#: The NumPy release series these lists were reviewed against (``tests/wire/test_policy_lists.py``
-#: checks completeness against the installed NumPy; the test extra pins this series).
-REVIEWED_NUMPY = "2.4"
+#: The NumPy release series these lists were reviewed against: every series that
+#: ``pyproject.toml``'s NumPy range admits (2.2 is the newest on Python 3.10, 2.4 on 3.11 and
+#: newer). ``tests/wire/test_policy_lists.py`` checks completeness against the installed NumPy,
+#: and CI runs it on each series. A worker on another series says so once, when it starts.
+REVIEWED_NUMPY: tuple[str, ...] = ("2.2", "2.3", "2.4")
+
+
+def numpy_series(version: str) -> str:
+    """``"2.4.6"`` -> ``"2.4"``."""
+    return ".".join(version.split(".")[:2])
+
 
 #: Namespaces whose public callables must each be classified (the completeness test).
 NUMPY_NAMESPACES: tuple[str, ...] = (
@@ -105,6 +115,7 @@ _ARRAY_METHODS = """
     cumprod cumsum diagonal fill flatten getfield item max mean min nonzero prod put ravel
     repeat reshape resize round searchsorted setfield sort squeeze std sum swapaxes take
     to_device tobytes tolist trace transpose var view
+    tostring
 """
 
 ALLOWED: frozenset[str] = _names(
@@ -128,7 +139,7 @@ numpy: abs absolute acos acosh add all allclose amax amin angle any append apply
     format_float_scientific frexp frombuffer fromfunction fromiter fromstring full full_like gcd
     geomspace get_printoptions getbufsize geterr gradient greater greater_equal hamming hanning
     heaviside histogram histogram2d histogram_bin_edges histogramdd hsplit hstack hypot i0
-    identity iinfo imag indices inner insert interp intersect1d invert is_busday isclose
+    identity iinfo imag in1d indices inner insert interp intersect1d invert is_busday isclose
     iscomplex iscomplexobj isdtype isfinite isfortran isin isinf isnan isnat isneginf isposinf
     isreal isrealobj isscalar issubdtype iterable ix_ kaiser kron lcm ldexp left_shift less
     less_equal lexsort linspace log log10 log1p log2 logaddexp logaddexp2 logical_and
@@ -144,7 +155,7 @@ numpy: abs absolute acos acosh add all allclose amax amin angle any append apply
     rollaxis roots rot90 round row_stack searchsorted select setdiff1d setxor1d shape
     shares_memory sign signbit sin sinc sinh size sort sort_complex spacing split sqrt square
     squeeze stack std subtract sum swapaxes take take_along_axis tan tanh tensordot tile trace
-    transpose trapezoid tri tril tril_indices tril_indices_from trim_zeros triu triu_indices
+    transpose trapezoid trapz tri tril tril_indices tril_indices_from trim_zeros triu triu_indices
     triu_indices_from true_divide trunc typename ufunc union1d unique unique_all unique_counts
     unique_inverse unique_values unpackbits unravel_index unstack unwrap vander var vdot vecdot
     vecmat vsplit vstack where zeros zeros_like
@@ -163,6 +174,7 @@ numpy:generic. """
 numpy:ufunc. accumulate at outer reduce reduceat resolve_dtypes
 numpy:dtype. newbyteorder
 numpy:broadcast. reset
+numpy:ndindex. ndincr
 numpy:flatiter. copy
 numpy:nditer. close copy enable_external_loop iternext remove_axis remove_multi_index reset
 numpy:void. getfield setfield
@@ -356,6 +368,24 @@ functools: reduce
 copyreg: _reconstructor
 """
 )
+
+#: Listed names that a supported release lacks, by release: NumPy 2.4 removed deprecated names
+#: that 2.2 and 2.3 still have (``in1d``, ``trapz``, ``tostring``, ``ndindex.ndincr``; the same
+#: computations as ``isin``, ``trapezoid``, ``tobytes``), and Python 3.10's ``math`` lacks two.
+#: The resolve test checks that every listed name resolves except those absent from an installed
+#: release, and that each of these really is absent there, so this table stays true.
+ABSENT: dict[str, frozenset[str]] = {
+    "numpy 2.3": _names("numpy:ndarray. tostring"),
+    "numpy 2.4": _names(
+        """
+numpy: in1d trapz
+numpy:ndarray. tostring
+numpy:generic. tostring
+numpy:ndindex. ndincr
+"""
+    ),
+    "python 3.10": _names("math: cbrt exp2"),
+}
 
 #: Reviewed and refused, with the reason. Everything not in ALLOWED is refused anyway; this list
 #: records the review, so the completeness test can tell a new name from a refused one.

@@ -17,6 +17,7 @@ import warnings
 from typing import Any, Callable, TypeVar
 
 from .._backend import array_module
+from .._compat import add_note
 
 __all__ = [
     "detect_anomaly",
@@ -177,11 +178,7 @@ def run_backward(node: Any, grads: list[Any]) -> Any:
     except Exception as exc:
         note = f"Error detected in {node.name()}. {_origin(node)}"
         warnings.warn(note, UserWarning, stacklevel=2)
-        add_note = getattr(exc, "add_note", None)  # Python 3.11+; 3.10 keeps the list only
-        if add_note is not None:
-            add_note(note)
-        else:
-            setattr(exc, "__notes__", [*getattr(exc, "__notes__", ()), note])  # noqa: B010
+        add_note(exc, note)
         raise
     if _anomaly.check_nan:
         outs = out if isinstance(out, tuple) else (out,)

@@ -37,9 +37,6 @@ RootEdge = tuple[Node, int, "Tensor"]
 #: ``leaf_sink(leaf, grad, owned)``: receives leaf gradients instead of ``.grad`` (see execute).
 LeafSink = Callable[["Tensor", "Tensor", bool], None]
 _accumulate_lock = threading.Lock()
-_GRAD_REFS = (
-    4  # see _unshared: list slot + _accumulate's argument + getrefcount + _unshared's argument
-)
 
 
 class _ThreadingFlag:
@@ -328,19 +325,47 @@ def _run_node_here(
     return out
 
 
+def _refcounts(grad: Any) -> tuple[int, int]:
+    """The reference counts of ``grad`` and of its buffer, seen from here."""
+    data = grad._data
+    return sys.getrefcount(grad), sys.getrefcount(data)
+
+
 def _unshared(grad: Any) -> bool:
     """True when no one but the engine holds ``grad`` or its buffer, so ``.grad`` may take the
-    buffer without a copy (later accumulation writes into it in place). CPython reference
-    counts: the engine's list slot, _accumulate's and _unshared's arguments and getrefcount's
-    own argument for the tensor; the tensor's slot, the local name and getrefcount's argument
-    for the buffer. A view (``base``),
-    a user-provided gradient, or one gradient object reaching two leaves all count more."""
-    data = grad._data
-    return (
-        getattr(data, "base", 1) is None
-        and sys.getrefcount(grad) <= _GRAD_REFS
-        and sys.getrefcount(data) <= 3
-    )
+    buffer without a copy (later accumulation writes into it in place). The counts are those
+    of a gradient nobody else holds, measured at import (:data:`_FRESH_GRAD_REFS`): what an
+    interpreter counts for a call's arguments differs between Python releases. A view
+    (``base``), a user-provided gradient, or one gradient object reaching two leaves all count
+    more."""
+    if getattr(grad._data, "base", 1) is not None:
+        return False
+    refs, data_refs = _refcounts(grad)
+    return refs <= _FRESH_GRAD_REFS[0] and data_refs <= _FRESH_GRAD_REFS[1]
+
+
+class _Probe:
+    def __init__(self) -> None:
+        self._data = _Probe.__new__(_Probe)
+
+
+def _as_accumulate_calls(leaf: Any, grad: Any, create_graph: bool, leaf_sink: Any) -> Any:
+    """Calls :func:`_refcounts` as :func:`_accumulate` calls :func:`_unshared`."""
+    return _as_unshared_calls(grad)
+
+
+def _as_unshared_calls(grad: Any) -> tuple[int, int]:
+    return _refcounts(grad)
+
+
+def _fresh_grad_refs() -> tuple[int, int]:
+    """The counts :func:`_unshared` sees for a gradient held only by the engine's list slot
+    (``grads[0]`` in :func:`_run_node_here`) and for a buffer held only by its tensor."""
+    grads = [_Probe()]
+    return _as_accumulate_calls(None, grads[0], False, None)
+
+
+_FRESH_GRAD_REFS = _fresh_grad_refs()
 
 
 def _accumulate(leaf: Tensor, grad: Tensor, create_graph: bool, leaf_sink: Any) -> None:

@@ -261,3 +261,43 @@ def test_shutdown_with_open_call_streams_does_not_wait_out_the_grace(lane: bool)
     # A stopping server gives open calls a grace of up to 2 s: the worker's own idle stream
     # would hold it that long if the streams were not ended first.
     assert time.monotonic() - started < 1.8
+
+
+_UNREVIEWED_NUMPY_WORKER = """
+import logging, sys
+import numpy
+numpy.__version__ = "2.9.1"  # a series the policy's lists were not reviewed against
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+from gradwire.distributed import rpc
+sys.path.insert(0, sys.argv[1])
+from tests.rpc.conftest import solo_options
+for name in ("first", "second"):
+    rpc.init_rpc(name, 0, 1, solo_options())
+    assert rpc.rpc_sync(name, numpy.add, (1, 2)) == 3  # the reviewed names still serve
+    rpc.shutdown()
+print("served")
+"""
+
+
+def test_a_worker_on_an_unreviewed_numpy_series_says_so_once() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gradwire._wire.policy import unreviewed_numpy
+
+    root = str(Path(__file__).resolve().parents[2])
+    run = subprocess.run(
+        [sys.executable, "-c", _UNREVIEWED_NUMPY_WORKER, root],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0 and "served" in run.stdout, run.stderr
+    notes = [line for line in run.stderr.splitlines() if "NumPy 2.9.1 is installed" in line]
+    assert len(notes) == 1, run.stderr
+    assert "reviewed only against NumPy 2.2, 2.3, 2.4" in notes[0]
+    assert "pip install 'numpy>=2.2,<2.5'" in notes[0]
+    assert notes[0].startswith("WARNING")
+    assert unreviewed_numpy("2.4.0") == "" and unreviewed_numpy("2.2.6") == ""
+    assert "NumPy 3.0.0 is installed" in unreviewed_numpy("3.0.0")

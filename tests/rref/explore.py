@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gradwire._compat import add_note
+
 from .simnet import Faults, Mode, SafetyViolation, SimNet
 
 __all__ = ["Step", "Scenario", "ExploreStats", "explore"]
@@ -113,7 +115,7 @@ def explore(
                 visit(child)
             except Exception as exc:
                 if not getattr(exc, "schedule_noted", False):
-                    exc.add_note(f"schedule: {path}")
+                    add_note(exc, f"schedule: {path}")
                     exc.schedule_noted = True  # type: ignore[attr-defined]
                 raise
             finally:

@@ -13,6 +13,7 @@ catch it, so a green run means something.
 from __future__ import annotations
 
 import pytest
+from gradwire._compat import add_note
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +29,7 @@ def test_random_schedules_are_safe_and_leak_free(chunk: int) -> None:
         try:
             run_random_program(seed)
         except Exception as exc:
-            exc.add_note(f"reproduce with run_random_program({seed})")
+            add_note(exc, f"reproduce with run_random_program({seed})")
             raise
 
 
@@ -38,7 +39,7 @@ def test_many_more_random_schedules() -> None:
         try:
             run_random_program(seed)
         except Exception as exc:
-            exc.add_note(f"reproduce with run_random_program({seed})")
+            add_note(exc, f"reproduce with run_random_program({seed})")
             raise
 
 

@@ -9,6 +9,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from ..._compat import add_note
 from ...errors import InvalidFutureStateError, RpcTimeoutError
 from ...futures import Future
 
@@ -32,7 +33,7 @@ class Failure:
         if error.__traceback__ is not None:
             text = "".join(traceback.format_exception(error)).rstrip()
             error.__traceback__ = error.__context__ = error.__cause__ = None
-            getattr(error, "add_note", lambda note: None)(f"original traceback:\n{text}")
+            add_note(error, f"original traceback:\n{text}")
         self.error = error
 
     def fresh(self) -> BaseException:
