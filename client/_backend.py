@@ -15,9 +15,12 @@ __all__ = [
     "device",
     "array_module",
     "cupy_or_none",
+    "cuda_unavailable_reason",
     "device_scope",
     "device_scope_of",
     "on_input_device",
+    "on_self_device",
+    "ufunc_at",
     "is_cuda_available",
     "to_device",
 ]
@@ -26,20 +29,60 @@ _DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 _cupy: Any = None
 _F = TypeVar("_F", bound=Callable[..., Any])
 _cupy_checked = False
+#: Why CUDA cannot be used here, for the error a CUDA request gets ("" until checked).
+_cupy_why = ""
+
+#: What to do about each CUDA runtime error that ends the check (CuPy's error names).
+_DRIVER_ADVICE = {
+    "cudaErrorInsufficientDriver": "the NVIDIA driver is missing, or older than the CUDA "
+    "runtime this CuPy was built for needs: install or update the driver (nvidia-smi shows "
+    "it), or install the CuPy package built for the CUDA version the driver supports",
+    "cudaErrorNoDevice": "no CUDA device is visible: check that the GPU is there (nvidia-smi) "
+    "and that CUDA_VISIBLE_DEVICES does not hide it",
+    "cudaErrorCallRequiresNewerDriver": "the NVIDIA driver is too old for this CuPy: update it",
+    "cudaErrorSystemDriverMismatch": "the NVIDIA kernel module and user-space driver differ: "
+    "reinstall the driver or reboot",
+}
 
 
 def cupy_or_none() -> Any:
-    """Return the cupy module if it imports and sees a device, else None (checked once)."""
-    global _cupy, _cupy_checked
+    """Return the cupy module if it imports and sees a device, else None (checked once; why
+    not is kept for the error of a later CUDA request, see :func:`cuda_unavailable_reason`)."""
+    global _cupy, _cupy_checked, _cupy_why
     if not _cupy_checked:
         _cupy_checked = True
+        _cupy = None
         try:
             cp = importlib.import_module("cupy")
-            if cp.cuda.runtime.getDeviceCount() > 0:
-                _cupy = cp
-        except Exception:  # ImportError, or a CUDA runtime without a device
-            _cupy = None
+        except ImportError as exc:
+            _cupy_why = (
+                f"CuPy is not installed ({exc}): install gradwire[cuda] (CuPy) on a machine "
+                "with an NVIDIA GPU"
+            )
+            return None
+        try:
+            count = cp.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # noqa: BLE001 - CuPy's CUDARuntimeError, or a load failure
+            _cupy_why = _driver_error(cp, exc)
+            return None
+        if count > 0:
+            _cupy = cp
+        else:
+            _cupy_why = f"CuPy {cp.__version__} sees no CUDA device (getDeviceCount() is 0)"
     return _cupy
+
+
+def _driver_error(cp: Any, exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    name = text.split(":", 1)[0].strip()
+    advice = _DRIVER_ADVICE.get(name, "check the NVIDIA driver and the CUDA installation")
+    version = getattr(cp, "__version__", "?")
+    return f"CuPy {version} is installed, but CUDA cannot be used: {text} ({advice})"
+
+
+def cuda_unavailable_reason() -> str:
+    """Why no CUDA device can be used here ("" when one can)."""
+    return "" if cupy_or_none() is not None else _cupy_why
 
 
 def is_cuda_available() -> bool:
@@ -104,8 +147,8 @@ def _require_cupy(what: str) -> Any:
     cp = cupy_or_none()
     if cp is None:
         raise RuntimeError(
-            f"{what} needs a CUDA device, but none is available: install gradwire[cuda] "
-            "(CuPy) on a machine with an NVIDIA GPU, or keep the tensor on 'cpu'"
+            f"{what} needs a CUDA device, but none is available: {_cupy_why}; or keep the "
+            "tensor on 'cpu'"
         )
     return cp
 
@@ -183,6 +226,70 @@ def on_input_device(fn: _F) -> _F:
             return fn(*args, **kwargs)
 
     return cast(_F, wrapper)
+
+
+def on_self_device(fn: _F) -> _F:
+    """A Tensor method run with its tensor's CUDA device current: what it does to the array
+    outside an op (``fill_``'s ``data[...] = v``, ``copy_``, ``equal``, the in-place fast path,
+    ...) launches CuPy kernels on the current device, which must be the array's (without peer
+    access CuPy refuses an array of another device). On the CPU: one type check."""
+
+    @functools.wraps(fn)
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        data = self._data
+        if type(data) is np.ndarray:
+            return fn(self, *args, **kwargs)
+        dev = device_of(data)
+        if dev.type == "cpu":
+            return fn(self, *args, **kwargs)
+        with device_scope(dev):
+            return fn(self, *args, **kwargs)
+
+    return cast(_F, method)
+
+
+#: The dtypes CuPy's ``ufunc.at`` takes (CuPy 13 and 14; others raise TypeError before a kernel).
+_CUPY_AT_DTYPES: dict[str, frozenset[str]] = {
+    "add": frozenset("int32 int64 uint32 uint64 float16 float32 float64".split()),
+    "maximum": frozenset("int32 int64 uint32 uint64 float32 float64".split()),
+    "minimum": frozenset("int32 int64 uint32 uint64 float32 float64".split()),
+}
+
+
+def ufunc_at(name: str, a: Any, indices: Any, b: Any) -> None:
+    """``xp.<name>.at(a, indices, b)`` in place, for ``add``, ``maximum`` and ``minimum``, on
+    NumPy or CuPy. CuPy's ``at`` takes only some dtypes; for the others the same scatter runs
+    in a wider dtype and is written back: complex ``add`` as its real and imaginary parts,
+    bool and small integers through int64/uint64 (the cast back wraps as NumPy's does), and
+    float16 ``maximum``/``minimum`` through float32 (exact).
+
+    Raises:
+        TypeError: ``maximum``/``minimum`` of complex CUDA arrays (CuPy has no such scatter).
+    """
+    xp = array_module(a)
+    ufunc = getattr(xp, name)
+    if xp is np or a.dtype.name in _CUPY_AT_DTYPES[name]:
+        ufunc.at(a, indices, b)
+        return
+    kind = a.dtype.kind
+    if kind == "c":
+        if name != "add":
+            raise TypeError(
+                f"{name} scatter of complex CUDA tensors is not supported (CuPy's {name}.at "
+                "takes no complex dtype); compare real and imaginary parts separately"
+            )
+        part = a.real.dtype
+        values = xp.asarray(b)
+        re = xp.zeros(a.shape, part)
+        im = xp.zeros(a.shape, part)
+        ufunc.at(re, indices, xp.real(values).astype(part))
+        ufunc.at(im, indices, xp.imag(values).astype(part))
+        a += re + 1j * im
+        return
+    wide = {"f": np.float32, "u": np.uint64}.get(kind, np.int64)
+    work = a.astype(wide)
+    ufunc.at(work, indices, xp.asarray(b).astype(wide))
+    a[...] = work.astype(a.dtype)
 
 
 def to_device(arr: Any, dev: Device) -> Any:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ._backend import CPU, Device, device_of
+from ._backend import CPU, Device, device_of, device_scope
 from ._dtypes import dtype as _dtype_cls
 from ._dtypes import from_numpy_dtype, to_numpy_dtype
 from .autograd.grad_mode import _state
@@ -497,7 +497,8 @@ class Tensor:
             raise RuntimeError(
                 "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol"
             )
-        t = type(self)._wrap(self._data.copy(), self._requires_grad)
+        with device_scope(self.device):  # CuPy copies onto the current device
+            t = type(self)._wrap(self._data.copy(), self._requires_grad)
         if self._grad is not None:
             t._grad = self._grad.__deepcopy__(memo)
         memo[id(self)] = t

@@ -5,11 +5,11 @@ Kept apart from ``_tensor.py`` so that the class itself stays about data and aut
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from ._backend import array_module
+from ._backend import array_module, on_self_device
 from ._ops import binary as B
 from ._ops import movement as M
 from ._ops import reduce as R
@@ -23,6 +23,18 @@ from ._tensor import Tensor
 from .autograd.grad_mode import _state, no_grad
 
 __all__: list[str] = []
+
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def _in_ops(fn: _Fn) -> _Fn:
+    """Mark a method whose array work all happens inside ``Op.apply``, which makes the
+    tensors' CUDA device current itself: it is installed as it is. Every other method is
+    installed under :func:`on_self_device` (its work outside an op needs the tensor's device
+    current); tests/gpu/test_current_device.py calls them with another device current."""
+    fn._in_ops = True  # type: ignore[attr-defined]
+    return fn
 
 
 def _t(value: Any, like: Tensor) -> Tensor:
@@ -192,24 +204,28 @@ def setitem(self: Tensor, index: Any, value: Any) -> None:
 
 
 # ------------------------------------------------------------------ arithmetic
+@_in_ops
 def add(self: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
     if alpha == 1 and scalar_ok(self, other):
         return S.AddScalar.apply(self, other=other)
     return B.Add.apply(self, _t(other, self), alpha=alpha)
 
 
+@_in_ops
 def sub(self: Tensor, other: Any, *, alpha: Any = 1) -> Tensor:
     if alpha == 1 and scalar_ok(self, other):
         return S.AddScalar.apply(self, other=-other)
     return B.Sub.apply(self, _t(other, self), alpha=alpha)
 
 
+@_in_ops
 def mul(self: Tensor, other: Any) -> Tensor:
     if scalar_ok(self, other):
         return S.MulScalar.apply(self, other=other)
     return B.Mul.apply(self, _t(other, self))
 
 
+@_in_ops
 def div(self: Tensor, other: Any) -> Tensor:
     if scalar_ok(self, other) and other != 0:
         return S.DivScalar.apply(self, other=other)
@@ -220,6 +236,7 @@ def div(self: Tensor, other: Any) -> Tensor:
     return B.Div.apply(a, o)
 
 
+@_in_ops
 def pow(self: Tensor, exponent: Any) -> Tensor:
     if isinstance(exponent, Tensor):
         return B.Pow.apply(self, exponent)
@@ -228,16 +245,19 @@ def pow(self: Tensor, exponent: Any) -> Tensor:
     return U.PowScalar.apply(self, exponent)
 
 
+@_in_ops
 def rpow(self: Tensor, base: Any) -> Tensor:
     return B.Pow.apply(_t(base, self), self)
 
 
+@_in_ops
 def matmul(self: Tensor, other: Tensor) -> Tensor:
     if not isinstance(other, Tensor):
         raise TypeError(f"matmul(): argument 'other' must be Tensor, not {type(other).__name__}")
     return B.MatMul.apply(self, other)
 
 
+@_in_ops
 def bmm(self: Tensor, mat2: Tensor) -> Tensor:
     """Batched matrix product of two 3-D tensors (b, n, m) @ (b, m, p)."""
     if not isinstance(mat2, Tensor):
@@ -265,6 +285,7 @@ def nonzero(self: Tensor, *, as_tuple: bool = False) -> Any:
 
 
 def _cmp(op: str) -> Callable[[Tensor, Any], Tensor]:
+    @_in_ops
     def fn(self: Tensor, other: Any) -> Tensor:
         return B.Compare.apply(self, _t(other, self), op=op)
 
@@ -280,20 +301,24 @@ def _logical(ufunc_name: str) -> Callable[[Tensor, Any], Tensor]:
     return fn
 
 
+@_in_ops
 def maximum(self: Tensor, other: Tensor) -> Tensor:
     return B.Maximum.apply(self, _t(other, self))
 
 
+@_in_ops
 def remainder(self: Tensor, other: Any) -> Tensor:
     """``self % other`` with the sign of ``other`` (Python's and PyTorch's rule)."""
     return B.Remainder.apply(self, _t(other, self))
 
 
+@_in_ops
 def floor_divide(self: Tensor, other: Any) -> Tensor:
     """``self // other``: the floor of the quotient."""
     return B.FloorDivide.apply(self, _t(other, self))
 
 
+@_in_ops
 def minimum(self: Tensor, other: Tensor) -> Tensor:
     return B.Minimum.apply(self, _t(other, self))
 
@@ -360,32 +385,38 @@ def relu_(self: Tensor) -> Tensor:
     return _inplace(self, lambda t: U.Relu.apply(t))
 
 
+@_in_ops
 def rsub(self: Tensor, other: Any) -> Tensor:
     if scalar_ok(self, other):
         return S.RSubScalar.apply(self, other=other)
     return _t(other, self).sub(self)
 
 
+@_in_ops
 def rdiv(self: Tensor, other: Any) -> Tensor:
     if scalar_ok(self, other):
         return S.RDivScalar.apply(self, other=other)
     return div(_t(other, self), self)
 
 
+@_in_ops
 def rmatmul(self: Tensor, other: Any) -> Tensor:
     return matmul(_t(other, self), self)
 
 
 # ------------------------------------------------------------------ reductions
+@_in_ops
 def _sum(self: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
     return R.Sum.apply(self, dim=dim, keepdim=keepdim, dtype=None if dtype is None else dtype.np)
 
 
+@_in_ops
 def mean(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return R.Mean.apply(self, dim=dim, keepdim=keepdim)
 
 
 def _minmax(largest: bool) -> Callable[..., Any]:
+    @_in_ops
     def fn(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
         if isinstance(dim, Tensor):
             return maximum(self, dim) if largest else minimum(self, dim)
@@ -399,10 +430,12 @@ def _minmax(largest: bool) -> Callable[..., Any]:
     return fn
 
 
+@_in_ops
 def prod(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return R.Prod.apply(self, dim=dim, keepdim=keepdim)
 
 
+@_in_ops
 def var(
     self: Tensor,
     dim: Any = None,
@@ -416,6 +449,7 @@ def var(
     return R.Var.apply(self, dim=dim, correction=correction, keepdim=keepdim)
 
 
+@_in_ops
 def std(
     self: Tensor,
     dim: Any = None,
@@ -427,15 +461,18 @@ def std(
     return var(self, dim, unbiased, keepdim, correction=correction).sqrt()
 
 
+@_in_ops
 def argmax(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return R.ArgReduce.apply(self, dim=dim, keepdim=keepdim, largest=True)
 
 
+@_in_ops
 def argmin(self: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
     return R.ArgReduce.apply(self, dim=dim, keepdim=keepdim, largest=False)
 
 
 # ------------------------------------------------------------------ movement
+@_in_ops
 def reshape(self: Tensor, *shape: Any) -> Tensor:
     shp = _shape_arg(shape)
     if shp == self._data.shape:
@@ -443,6 +480,7 @@ def reshape(self: Tensor, *shape: Any) -> Tensor:
     return M.Reshape.apply(self, shape=shp)
 
 
+@_in_ops
 def view(self: Tensor, *shape: Any) -> Tensor:
     shp = _shape_arg(shape)
     out = M.Reshape.apply(self, shape=shp)
@@ -633,6 +671,7 @@ def allclose(
 
 
 def _unary(cls: Any) -> Callable[[Tensor], Tensor]:
+    @_in_ops
     def fn(self: Tensor) -> Tensor:
         return cls.apply(self)
 
@@ -650,6 +689,7 @@ def _as_floating(t: Tensor) -> Tensor:
 
 
 def _float_unary(cls: Any) -> Callable[[Tensor], Tensor]:
+    @_in_ops
     def fn(self: Tensor) -> Tensor:
         return cls.apply(_as_floating(self))
 
@@ -788,7 +828,8 @@ _METHODS["amax"] = lambda self, dim=None, keepdim=False: (
     _minmax(True)(self, dim, keepdim) if dim is None else _minmax(True)(self, dim, keepdim).values
 )
 for _name, _fn in _METHODS.items():
-    setattr(Tensor, _name, _fn)
+    # with the tensor's CUDA device current (what runs outside an op: in-place writes, equal)
+    setattr(Tensor, _name, _fn if getattr(_fn, "_in_ops", False) else on_self_device(_fn))
 
 Tensor.T = property(_T)  # type: ignore[attr-defined]
 Tensor.mT = property(_mT)  # type: ignore[attr-defined]

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import array_module, to_device
+from ._backend import array_module, on_self_device, to_device
 from ._tensor import Tensor
 from .autograd.grad_mode import is_grad_enabled, no_grad
 
@@ -58,7 +58,13 @@ def _index_tuple(self: Tensor, dim: int, index: Tensor, name: str) -> tuple[Tens
             f"is out of bounds for dimension {d} with size {size}"
         )
     xp = array_module(idx)
-    grids = list(xp.indices(idx.shape, sparse=True))
+    # open grids (NumPy's indices(sparse=True), which CuPy's indices lacks): one arange per
+    # dimension, shaped to broadcast along the others
+    ndim = idx.ndim
+    grids = [
+        xp.arange(n).reshape((1,) * i + (n,) + (1,) * (ndim - i - 1))
+        for i, n in enumerate(idx.shape)
+    ]
     grids[d] = idx
     return tuple(Tensor._wrap(xp.broadcast_to(g, idx.shape)) for g in grids)
 
@@ -184,4 +190,4 @@ def random_(self: Tensor, from_: int | None = None, to: int | None = None, **kwa
 
 
 for _name in __all__:
-    setattr(Tensor, _name, globals()[_name])
+    setattr(Tensor, _name, on_self_device(globals()[_name]))

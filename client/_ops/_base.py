@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .._backend import array_module, device_scope_of
+from .._backend import array_module, device_of, device_scope, device_scope_of
 from .._tensor import Tensor
 from ..autograd.anomaly_mode import _anomaly, record_origin
 from ..autograd.grad_mode import _state
@@ -164,12 +164,20 @@ def as_tensor_like(value: Any, like: Any) -> Any:
     elif isinstance(value, (complex, np.complexfloating)):
         dt = ldt if ldt.kind == "c" else (np.complex128 if ldt == np.float64 else np.complex64)
     else:
-        arr = xp.asarray(value)
+        arr = _asarray_beside(xp, like._data, value, None)
         if arr.dtype == np.float64 and ldt.kind in "fc":
-            arr = arr.astype(ldt)
+            arr = _asarray_beside(xp, like._data, arr, ldt)
         return Tensor._wrap(arr)
-    arr = xp.asarray(value, dtype=dt)
-    return Tensor._wrap(arr)
+    return Tensor._wrap(_asarray_beside(xp, like._data, value, dt))
+
+
+def _asarray_beside(xp: Any, like: Any, value: Any, dtype: Any) -> Any:
+    """``xp.asarray(value, dtype)`` on the device of the array ``like`` (CuPy makes new arrays
+    on the current device, which need not be ``like``'s)."""
+    if xp is np:
+        return np.asarray(value, dtype=dtype)
+    with device_scope(device_of(like)):
+        return xp.asarray(value, dtype=dtype)
 
 
 _CATEGORY = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._backend import array_module, on_input_device
+from .._backend import array_module, on_input_device, ufunc_at
 from .._tensor import Tensor
 from ._base import Op
 
@@ -77,7 +77,7 @@ class EmbeddingScatter(Op):
         if scale is not None:
             rows = rows * scale
         out = xp.zeros((num_weights, dim), dtype=g._data.dtype)
-        xp.add.at(out, flat, rows)
+        ufunc_at("add", out, flat, rows)
         self.save("indices", indices)
         self.save("scale", scale)
         return out

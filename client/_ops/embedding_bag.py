@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._backend import array_module, on_input_device
+from .._backend import array_module, on_input_device, ufunc_at
 from .._tensor import Tensor
 from ._base import Op
 from .embedding import EmbeddingLookup, _normalize_padding_idx
@@ -29,7 +29,7 @@ class BagSum(Op):
     def forward(self, rows: Any, bag_ids: Any = None, num_bags: int = 0) -> Any:
         xp = array_module(rows._data)
         out = xp.zeros((num_bags, rows._data.shape[1]), dtype=rows._data.dtype)
-        xp.add.at(out, bag_ids, rows._data)
+        ufunc_at("add", out, bag_ids, rows._data)
         self.save("bag_ids", bag_ids)
         return out
 
@@ -78,10 +78,10 @@ class BagMax(_PickMax):
         xp = array_module(data)
         k, dim = data.shape
         best = xp.full((num_bags, dim), -xp.inf, dtype=data.dtype)
-        xp.maximum.at(best, bag_ids, data)
+        ufunc_at("maximum", best, bag_ids, data)
         entry = xp.arange(k)[:, None]
         first = xp.full((num_bags, dim), k, dtype=xp.int64)
-        xp.minimum.at(first, bag_ids, xp.where(data == best[bag_ids], entry, k))
+        ufunc_at("minimum", first, bag_ids, xp.where(data == best[bag_ids], entry, k))
         return super().forward(rows, arg=xp.where(first == k, -1, first))
 
     def name(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._backend import array_module
+from .._backend import array_module, ufunc_at
 from ._base import Op, reduce_grad
 
 __all__ = [
@@ -210,7 +210,7 @@ class IndexAddInto(Op):
         if basic:
             out[index] = g._data
         else:
-            xp.add.at(out, index, g._data)
+            ufunc_at("add", out, index, g._data)
         self.save("indices", index)
         return out
 

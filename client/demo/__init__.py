@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.trainers < 1:
         parser.error("--trainers must be at least 1")
-    from .._backend import Device, is_cuda_available
+    from .._backend import Device, cuda_unavailable_reason, is_cuda_available
 
     try:
         device = Device(ns.device)
@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--device {ns.device!r}: {exc}")
     if device.type == "cuda" and not is_cuda_available():
         parser.error(
-            f"--device {ns.device}: no CUDA device is visible here (install gradwire[cuda] on "
-            "a machine with a GPU, or leave --device at cpu)"
+            f"--device {ns.device}: no CUDA device can be used here: "
+            f"{cuda_unavailable_reason()}; or leave --device at cpu"
         )
     from .. import multiprocessing as gmp
 

@@ -25,7 +25,7 @@ import threading
 import weakref
 from typing import Any
 
-from .._backend import cupy_or_none
+from .._backend import cuda_unavailable_reason, cupy_or_none
 from ._cuda_refcount import SlotRef, registry, release_slot
 
 __all__ = ["reduce_cuda_tensor", "rebuild_cuda_tensor"]
@@ -43,8 +43,8 @@ def _cupy() -> Any:
     cp = cupy_or_none()
     if cp is None:
         raise RuntimeError(
-            "sharing a CUDA tensor between processes needs CuPy and a visible CUDA device; "
-            "move it to the CPU first (tensor.to('cpu')) or install gradwire[cuda]"
+            "sharing a CUDA tensor between processes needs CuPy and a visible CUDA device: "
+            f"{cuda_unavailable_reason()}; or move it to the CPU first (tensor.to('cpu'))"
         )
     return cp
 

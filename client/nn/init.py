@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .._backend import to_device
+from .._backend import device_scope, to_device
 from .._tensor import Tensor
 from ..autograd.grad_mode import no_grad
 
@@ -24,7 +24,7 @@ __all__ = [
 
 
 def _fill(t: Tensor, values: Any) -> Tensor:
-    with no_grad():
+    with no_grad(), device_scope(t.device):
         if hasattr(values, "shape"):
             values = to_device(values, t.device)
         t._data[...] = values

@@ -95,6 +95,31 @@ def _call(fn: Any, args: Any, kwargs: Any) -> Any:
     return wrap(fn(*unwrap(args, dev), **unwrap(kwargs, dev)), dev)
 
 
+#: The dtypes CuPy 14's ``ufunc.at`` takes, per ufunc (its TypeError before any kernel, read
+#: off real CuPy over host memory: tests/gpu/test_real_cupy_prekernel.py); other ufuncs' ``at``
+#: raise NotImplementedError.
+AT_DTYPES: dict[str, frozenset[str]] = {
+    "add": frozenset("int32 int64 float16 float32 float64 uint32 uint64".split()),
+    "subtract": frozenset("int32 uint32".split()),
+    "maximum": frozenset("int32 int64 float32 float64 uint32 uint64".split()),
+    "minimum": frozenset("int32 int64 float32 float64 uint32 uint64".split()),
+    "bitwise_or": frozenset("int32 int64 uint32 uint64".split()),
+    "bitwise_and": frozenset("int32 int64 uint32 uint64".split()),
+    "bitwise_xor": frozenset("int32 int64 uint32 uint64".split()),
+}
+
+
+def _check_at(name: str, args: Any) -> None:
+    if name not in AT_DTYPES:
+        raise NotImplementedError(f"`cupy_{name}.at` is not supported yet")
+    target = args[0] if args else None
+    dtype = getattr(target, "dtype", None)
+    if dtype is not None and dtype.name not in AT_DTYPES[name]:
+        raise TypeError(
+            f"cupy.{name}.at only supports {', '.join(sorted(AT_DTYPES[name]))} as data type"
+        )
+
+
 class _UFunc:
     """A NumPy ufunc run on device arrays (``reduce`` / ``at`` / ``accumulate`` included)."""
 
@@ -109,6 +134,13 @@ class _UFunc:
         attr = getattr(self._uf, name)
         if not callable(attr):
             return attr
+        if name == "at":
+
+            def at(*a: Any, **k: Any) -> Any:
+                _check_at(self.__name__, a)
+                return _call(attr, a, k)
+
+            return at
         return lambda *a, **k: _call(attr, a, k)
 
 

@@ -4,6 +4,14 @@ It is deliberately *not* a ``numpy.ndarray``: like a real CuPy array it refuses 
 conversion to NumPy (``get()`` or ``cupy.asnumpy`` copies to the host), refuses host arrays
 mixed into its operators, and refuses arrays of another device in one operation. Results stay
 on the device of their inputs.
+
+It is at least as strict as CuPy about the current device (CuPy launches every kernel there,
+and without peer access an array of another device is refused): operators, methods that run a
+kernel (``sum``, ``astype``, ``fill``, a reshape that copies, ...), ``__setitem__`` and advanced
+indexing all need the array's device to be current. What makes no kernel does not: views,
+basic indexing, ``get``/``set``/``item``/``tolist``, and ``copy()``, which (as CuPy's) puts the
+copy on the *current* device, wherever the array lives. ``__array_ufunc__`` and
+``__array_function__`` route NumPy's functions here (``numpy.add(a, b, out=a)``), as CuPy's do.
 """
 
 from __future__ import annotations
@@ -33,6 +41,16 @@ class _DeviceRef:
 
     def __repr__(self) -> str:
         return f"<CUDA Device {self.id}>"
+
+
+#: Methods that return a view when they can (no kernel then); a copy needs the current device.
+_VIEW_METHODS = frozenset("view reshape transpose swapaxes squeeze ravel diagonal".split())
+
+
+def _advanced(key: Any) -> bool:
+    """True when an index key holds an array, list or bool (CuPy gathers with a kernel)."""
+    keys = key if isinstance(key, tuple) else (key,)
+    return any(isinstance(k, (ndarray, np.ndarray, list, bool, np.bool_)) for k in keys)
 
 
 def _root(a: np.ndarray) -> np.ndarray:
@@ -156,16 +174,44 @@ class ndarray:  # noqa: N801 - CuPy's name
         return operator.index(self._a)
 
     def __getitem__(self, key: Any) -> Any:
+        if _advanced(key):
+            _cuda.check_current(self._dev)
         return wrap(self._a[unwrap(key, self._dev)], self._dev, self)
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        _cuda.check_current(self._dev)  # CuPy copies the values in with a kernel
         self._a[unwrap(key, self._dev)] = unwrap(value, self._dev)
 
+    def copy(self, order: str = "C") -> ndarray:
+        """A copy on the *current* device (CuPy: "Even when a given array is located in
+        another device, you can copy it to the current device")."""
+        return wrap(self._a.copy(order=order), _cuda.current_device())
+
     def __copy__(self) -> ndarray:
-        return wrap(self._a.copy(), self._dev)
+        return self.copy()
 
     def __deepcopy__(self, memo: Any) -> ndarray:
-        return self.__copy__()
+        with _cuda.Device(self._dev):  # CuPy: ``with self.device: return self.copy()``
+            return self.copy()
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        from . import _UFunc
+
+        uf = _UFunc(ufunc)
+        out = kwargs.get("out")
+        result = (
+            uf(*inputs, **kwargs)
+            if method == "__call__"
+            else getattr(uf, method)(*inputs, **kwargs)
+        )
+        if isinstance(out, tuple) and len(out) == 1:
+            return out[0]  # numpy.add(a, b, out=a) returns a itself
+        return result
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        from . import _call
+
+        return _call(func, args, kwargs)
 
     def __reduce__(self) -> Any:
         from . import _reconstruct
@@ -181,6 +227,9 @@ class ndarray:  # noqa: N801 - CuPy's name
 
         def method(*args: Any, **kwargs: Any) -> Any:
             out = attr(*unwrap(args, self._dev), **unwrap(kwargs, self._dev))
+            view = name in _VIEW_METHODS and isinstance(out, np.ndarray)
+            if not (view and np.shares_memory(out, self._a)):
+                _cuda.check_current(self._dev)  # a kernel ran (or would have)
             return wrap(out, self._dev, self)
 
         return method
