@@ -24,6 +24,10 @@ tests/gpu/conftest.py does it), or set ``GRADWIRE_FAKE_CUPY=1`` and put
 
 from __future__ import annotations
 
+import functools
+import importlib
+import importlib.util
+import inspect
 import sys
 import types
 from typing import Any
@@ -144,12 +148,53 @@ class _UFunc:
         return lambda *a, **k: _call(attr, a, k)
 
 
-def _wrapped(obj: Any) -> Any:
+def _real_cupy() -> Any:
+    """Real CuPy, where it is installed (it imports without a GPU), as the reference for the
+    signatures of module functions; None where it is not. Read before install() puts the
+    stand-in in ``sys.modules['cupy']``."""
+    real = sys.modules.get("cupy")
+    if real is not None and not getattr(real, "IS_FAKE", False):
+        return real
+    if real is not None or importlib.util.find_spec("cupy") is None:
+        return None
+    try:
+        return importlib.import_module("cupy")
+    except Exception:  # noqa: BLE001 - a broken install: no reference, as without CuPy
+        return None
+
+
+_REAL = _real_cupy()
+
+
+@functools.cache
+def _real_signature(name: str) -> inspect.Signature | None:
+    fn = getattr(_REAL, name, None)
+    if fn is None or isinstance(fn, type):
+        return None
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):  # Cython functions without a signature
+        return None
+
+
+def _bind_as_cupy(name: str, args: Any, kwargs: Any) -> None:
+    """Refuse arguments real CuPy's function does not take (``indices(..., sparse=True)``)."""
+    sig = _real_signature(name) if _REAL is not None else None
+    if sig is not None:
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{name}() {exc} (real CuPy's signature: {name}{sig})") from None
+
+
+def _wrapped(obj: Any, name: str = "") -> Any:
     if isinstance(obj, np.ufunc):
         return _UFunc(obj)
     if callable(obj) and not isinstance(obj, type):
 
         def fn(*args: Any, **kwargs: Any) -> Any:
+            if name:
+                _bind_as_cupy(name, args, kwargs)
             return _call(obj, args, kwargs)
 
         fn.__name__ = getattr(obj, "__name__", "fn")
@@ -200,7 +245,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(
             f"fake CuPy stand-in has no {name!r} (NumPy has none either)"
         ) from None
-    return _wrapped(obj)
+    return _wrapped(obj, name)
 
 
 _saved: list[Any] = []
