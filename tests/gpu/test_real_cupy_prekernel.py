@@ -168,3 +168,27 @@ def test_a_missing_cupy_says_to_install_the_cuda_extra(monkeypatch: Any) -> None
     monkeypatch.setattr(_backend, "_cupy_checked", False)
     with pytest.raises(RuntimeError, match=r"CuPy is not installed .*install gradwire\[cuda\]"):
         gw.zeros(1, device="cuda:1")
+
+
+def test_gradwire_reads_a_real_cupy_arrays_device_and_layout(monkeypatch: Any) -> None:
+    """Where gradwire only reads an array (no kernel): the device of a real CuPy array on
+    device 1, and a Tensor's metadata over it, as they would be on a GPU."""
+    import gradwire as gw
+    from gradwire import _backend
+
+    monkeypatch.setattr(_backend, "_cupy", real_cupy)  # as if getDeviceCount() had answered
+    monkeypatch.setattr(_backend, "_cupy_checked", True)
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    arr = over_host(real_cupy, host, 1)
+    assert _backend.device_of(arr) == gw.device("cuda:1")
+    assert _backend.array_module(arr) is real_cupy
+    t = gw.Tensor._wrap(arr)
+    assert (t.device, t.is_cuda, t.dtype, t.shape) == (
+        gw.device("cuda:1"),
+        True,
+        gw.float32,
+        (3, 4),
+    )
+    assert t.stride() == (4, 1) and t.numel() == 12 and t.element_size() == 4
+    view = gw.Tensor._wrap(arr.T)
+    assert view.device == gw.device("cuda:1") and view.stride() == (1, 4)
