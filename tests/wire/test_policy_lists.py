@@ -29,15 +29,23 @@ ABSENT_HERE: frozenset[str] = frozenset().union(
 )
 
 
-def _resolves(full: str) -> bool:
+_MISSING = object()
+
+
+def _lookup(full: str) -> Any:
+    """The object ``module:qualname`` names, or ``_MISSING``."""
     module, _, qualname = full.partition(":")
     try:
         obj: Any = importlib.import_module(module)
         for part in qualname.split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError):
-        return False
-    return True
+        return _MISSING
+    return obj
+
+
+def _resolves(full: str) -> bool:
+    return _lookup(full) is not _MISSING
 
 
 def _classified(full: str) -> bool:
@@ -66,14 +74,9 @@ def _public_callables(namespaces: tuple[str, ...]) -> dict[str, Any]:
 def _refused_objects() -> set[int]:
     ids = set()
     for full in policy_lists.REFUSED:
-        module, _, qualname = full.partition(":")
-        try:
-            obj: Any = importlib.import_module(module)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError):
-            continue
-        ids.add(id(getattr(obj, "__func__", obj)))
+        obj = _lookup(full)
+        if obj is not _MISSING:
+            ids.add(id(getattr(obj, "__func__", obj)))
     return ids
 
 
