@@ -236,13 +236,10 @@ def on_self_device(fn: _F) -> _F:
 
     @functools.wraps(fn)
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        data = self._data
-        if type(data) is np.ndarray:
+        scope = None if type(self._data) is np.ndarray else device_scope_of((self,))
+        if scope is None:
             return fn(self, *args, **kwargs)
-        dev = device_of(data)
-        if dev.type == "cpu":
-            return fn(self, *args, **kwargs)
-        with device_scope(dev):
+        with scope:
             return fn(self, *args, **kwargs)
 
     return cast(_F, method)

@@ -11,6 +11,7 @@ A probe that reaches the driver on real CuPy (a kernel) is out of reach here (do
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -76,7 +77,7 @@ def test_the_stand_in_answers_as_real_cupy_before_any_kernel(name: str, modules:
     host = np.arange(6.0).reshape(2, 3)
     outcomes = {}
     for which, cp in modules.items():
-        with cp.cuda.Device(1) if which == "stand-in" else _no_scope():
+        with cp.cuda.Device(1) if which == "stand-in" else contextlib.nullcontext():
             a = over_host(cp, host, 1)
             outcomes[which] = _outcome(lambda cp=cp, a=a: PROBES[name](cp, a))
     real, stand_in = outcomes["real"], outcomes["stand-in"]
@@ -90,12 +91,6 @@ def test_the_stand_in_answers_as_real_cupy_before_any_kernel(name: str, modules:
         )
     else:
         assert stand_in == real, name
-
-
-def _no_scope() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 UFUNCS = ("add", "subtract", "maximum", "minimum", "bitwise_or", "multiply")
