@@ -10,6 +10,7 @@ from . import (
     _malloc,  # noqa: F401  (tunes glibc's malloc thresholds at import; see its docstring)
     _tensor_methods,  # noqa: F401  (op surface of Tensor)
     _tensor_scatter,  # noqa: F401  (gather/scatter/index_select and in-place random fills)
+    _sparse_methods,  # noqa: F401  (the sparse COO surface of Tensor)
     autograd,
     distributions,
     errors,
@@ -18,6 +19,7 @@ from . import (
     multiprocessing,  # noqa: E402  (registers tensor reductions with ForkingPickler)
     nn,
     optim,
+    sparse,
 )
 from ._backend import Device, device, is_cuda_available
 from ._creation import (
@@ -74,6 +76,7 @@ from ._functional import *  # noqa: F403  (module-level math: gw.exp, gw.matmul,
 from ._functional import __all__ as _functional_all
 from ._legacy import BoolTensor, DoubleTensor, FloatTensor, IntTensor, LongTensor
 from ._serialization import load, save
+from ._sparse_methods import layout, sparse_coo, sparse_coo_tensor, strided
 from ._tensor import Tensor, from_numpy, is_tensor
 from ._threads import get_num_threads, set_num_threads
 from .autograd.grad_mode import (
@@ -163,5 +166,10 @@ __all__ = [
     "multiprocessing",
     "nn",
     "optim",
+    "sparse",
+    "sparse_coo_tensor",
+    "layout",
+    "strided",
+    "sparse_coo",
     *_functional_all,
 ]

@@ -10,6 +10,8 @@ from typing import Any, Callable, TypeVar, cast
 
 import numpy as np
 
+from ._sparse_coo import SparseCOO
+
 __all__ = [
     "Device",
     "device",
@@ -160,6 +162,8 @@ def array_module(arr: Any) -> Any:
     cp = cupy_or_none()
     if cp is not None and isinstance(arr, cp.ndarray):
         return cp
+    if type(arr) is SparseCOO:
+        return array_module(arr.values)
     return np
 
 
@@ -170,6 +174,8 @@ def device_of(arr: Any) -> Device:
     cp = cupy_or_none()
     if cp is not None and isinstance(arr, cp.ndarray):
         return Device("cuda", arr.device.id)
+    if type(arr) is SparseCOO:
+        return device_of(arr.values)
     return CPU
 
 

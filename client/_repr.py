@@ -10,6 +10,8 @@ __all__ = ["tensor_repr"]
 
 
 def tensor_repr(t: Any) -> str:
+    if t.is_sparse:
+        return _sparse_repr(t)
     arr = t._to_host()
     kind = arr.dtype.kind
     opts: dict[str, Any] = {
@@ -47,6 +49,25 @@ def tensor_repr(t: Any) -> str:
     elif t.requires_grad:
         extras.append("requires_grad=True")
     return "tensor(" + body + "".join(", " + e for e in extras) + ")"
+
+
+def _sparse_repr(t: Any) -> str:
+    """PyTorch's form: ``tensor(indices=..., values=..., size=..., nnz=..., layout=...)``."""
+    coo = t._data
+    pad = "\n" + " " * len("tensor(")
+
+    def part(name: str, arr: Any) -> str:
+        return name + "=" + tensor_repr(type(t)._wrap(arr)).replace("\n", pad + " " * (len(name) + 1))
+
+    extras = [f"size={coo.shape}", f"nnz={coo.nnz}", "layout=gradwire.sparse_coo"]
+    if t.device.type != "cpu":
+        extras.append(f"device='{t.device}'")
+    if t.grad_fn is not None:
+        extras.append(f"grad_fn=<{t.grad_fn.name()}>")
+    elif t.requires_grad:
+        extras.append("requires_grad=True")
+    body = [part("indices", coo.indices), part("values", coo.values), ", ".join(extras)]
+    return "tensor(" + ("," + pad).join(body) + ")"
 
 
 def _scalar(arr: Any) -> str:

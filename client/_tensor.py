@@ -10,6 +10,7 @@ import numpy as np
 
 from ._backend import CPU, Device, device_of, device_scope
 from ._dtypes import dtype as _dtype_cls
+from ._sparse_coo import SparseCOO
 from ._dtypes import from_numpy_dtype, to_numpy_dtype
 from .autograd.grad_mode import _state
 from .autograd.graph import (
@@ -169,12 +170,17 @@ class Tensor:
 
     @property
     def is_sparse(self) -> bool:
-        """False: gradwire's tensors are always dense (PyTorch's sparse layouts do not exist)."""
-        return False
+        """True for a sparse COO tensor (``gradwire.sparse_coo_tensor``, ``to_sparse()``)."""
+        return type(self._data) is SparseCOO
 
     def data_ptr(self) -> int:
         """The address of this tensor's first element (NumPy's or CuPy's data pointer), as
         PyTorch's ``data_ptr``: two tensors sharing storage at the same offset have the same."""
+        if type(self._data) is SparseCOO:
+            raise RuntimeError(
+                "Cannot access data pointer of Tensor that doesn't have storage (a sparse "
+                "tensor: use ._values().data_ptr())"
+            )
         interface = getattr(self._data, "__array_interface__", None)
         if interface is not None:
             return int(interface["data"][0])
@@ -187,9 +193,13 @@ class Tensor:
         return bool(self._data.dtype.kind == "c")
 
     def is_contiguous(self) -> bool:
+        if type(self._data) is SparseCOO:
+            return False
         return bool(self._data.flags.c_contiguous)
 
     def stride(self, dim: int | None = None) -> Any:
+        if type(self._data) is SparseCOO:
+            raise RuntimeError("Sparse tensors do not have strides")
         st = tuple(s // self._data.itemsize for s in self._data.strides)
         return st if dim is None else st[dim]
 
@@ -366,6 +376,10 @@ class Tensor:
             raise RuntimeError(
                 "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
             )
+        if type(self._data) is SparseCOO:
+            raise TypeError(
+                "can't convert Sparse layout tensor to numpy. Use Tensor.to_dense() first."
+            )
         return self._data
 
     def item(self) -> Any:
@@ -487,6 +501,13 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __reduce_ex__(self, protocol: Any) -> Any:
+        data = self._data
+        if type(data) is SparseCOO:
+            host = (_host(data.indices), _host(data.values))
+            return (
+                _rebuild_sparse,
+                (*host, data.shape, data.coalesced, self.requires_grad and self.is_leaf, type(self)),
+            )
         return (
             _rebuild_tensor,
             (self._to_host().copy(), self.requires_grad and self.is_leaf, type(self)),
@@ -526,13 +547,33 @@ def _retain(ref: weakref.ref[Tensor], grad: Tensor) -> None:
     if t._grad is None:
         t._grad = Tensor._wrap(g._data.copy())
     else:
-        t._grad = Tensor._wrap(t._grad._data + g._data)
+        t._grad = t._grad.detach() + g
 
 
 def _rebuild_tensor(
     arr: np.ndarray, requires_grad: builtins.bool, cls: type[Tensor] = Tensor
 ) -> Tensor:
     t = cls._wrap(arr)
+    if requires_grad:
+        t._requires_grad = True
+    return t
+
+
+def _host(arr: Any) -> np.ndarray:
+    return arr.copy() if isinstance(arr, np.ndarray) else arr.get()
+
+
+def _rebuild_sparse(
+    indices: np.ndarray,
+    values: np.ndarray,
+    shape: tuple[builtins.int, ...],
+    coalesced: builtins.bool,
+    requires_grad: builtins.bool,
+    cls: type[Tensor] = Tensor,
+) -> Tensor:
+    from ._sparse_kernels import build
+
+    t = cls._wrap(build(indices, values, shape, coalesced))
     if requires_grad:
         t._requires_grad = True
     return t

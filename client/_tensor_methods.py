@@ -19,6 +19,8 @@ from ._ops._base import as_tensor_like
 from ._ops.scalar import scalar_ok
 from ._ops.views import inplace_on_view
 from ._sampling import multinomial
+from ._sparse_coo import SparseCOO
+from ._sparse_inplace import inplace_sparse
 from ._tensor import Tensor
 from .autograd.grad_mode import _state, no_grad
 
@@ -122,6 +124,8 @@ def _fast_inplace(self: Tensor, ufunc: Any, other: Any, others: tuple[Any, ...])
     try:
         ufunc(self._data, o, out=self._data, casting="same_kind")
     except TypeError as exc:  # numpy's casting errors subclass TypeError
+        if type(self._data) is SparseCOO or type(o) is SparseCOO:
+            return False  # the caller's slow path: inplace_sparse
         raise RuntimeError(
             f"result type can't be cast to the desired output type {self._data.dtype}: {exc}"
         ) from None
@@ -136,25 +140,29 @@ def _fast_inplace(self: Tensor, ufunc: Any, other: Any, others: tuple[Any, ...])
 def add_(self: Tensor, other: Any, alpha: Any = 1) -> Tensor:
     if alpha == 1 and _fast_inplace(self, np.add, other, (other,)):
         return self
-    return _inplace(self, lambda s: s.add(other, alpha=alpha), (other,))
+    done = inplace_sparse(self, other, alpha, "add")
+    return done if done is not None else _inplace(self, lambda s: s.add(other, alpha=alpha), (other,))
 
 
 def sub_(self: Tensor, other: Any, alpha: Any = 1) -> Tensor:
     if alpha == 1 and _fast_inplace(self, np.subtract, other, (other,)):
         return self
-    return _inplace(self, lambda s: s.sub(other, alpha=alpha), (other,))
+    done = inplace_sparse(self, other, alpha, "sub")
+    return done if done is not None else _inplace(self, lambda s: s.sub(other, alpha=alpha), (other,))
 
 
 def mul_(self: Tensor, other: Any) -> Tensor:
     if _fast_inplace(self, np.multiply, other, (other,)):
         return self
-    return _inplace(self, lambda s: s * other, (other,))
+    done = inplace_sparse(self, other, 1, "mul")
+    return done if done is not None else _inplace(self, lambda s: s * other, (other,))
 
 
 def div_(self: Tensor, other: Any) -> Tensor:
     if self._data.dtype.kind in "fc" and _fast_inplace(self, np.divide, other, (other,)):
         return self
-    return _inplace(self, lambda s: s / other, (other,))
+    done = inplace_sparse(self, other, 1, "div")
+    return done if done is not None else _inplace(self, lambda s: s / other, (other,))
 
 
 def zero_(self: Tensor) -> Tensor:

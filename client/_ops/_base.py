@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from .._backend import array_module, device_of, device_scope, device_scope_of
+from .._sparse_coo import SparseCOO, unsupported
 from .._tensor import Tensor
 from ..autograd.anomaly_mode import _anomaly, record_origin
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
 
-__all__ = ["Op", "record", "edge_of", "reduce_grad", "as_tensor_like", "result_dtype", "promoted"]
+__all__ = ["Op", "record", "edge_of", "reduce_grad", "as_tensor_like", "result_dtype", "promoted", "SPARSE_VARIANTS"]
 
 
 def edge_of(t: Any) -> tuple[Node | None, int]:
@@ -52,10 +53,15 @@ class Op(Node):
     save_output: str | None = None
     differentiable = True
     scalar_operand = False  # the op's second operand is a Python number (see scalar.py)
+    sparse_inputs = False  # the op takes sparse COO tensors (see sparse.py)
 
     @classmethod
     def apply(cls, *inputs: Any, **kwargs: Any) -> Any:
         return record(cls, inputs, kwargs)
+
+
+#: op class -> the function that computes it when an operand is sparse (``_sparse_methods.py``).
+SPARSE_VARIANTS: dict[type[Op], Callable[..., Any]] = {}
 
 
 def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -77,11 +83,21 @@ def record(cls: type[Op], inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> An
             node.next_functions += ((None, 0),)
             node.needs_input_grad += (False,)
     scope = device_scope_of(tensors)
-    if scope is None:
-        out = node.forward(*inputs, **kwargs)
-    else:
-        with scope:
+    try:
+        if scope is None:
             out = node.forward(*inputs, **kwargs)
+        else:
+            with scope:
+                out = node.forward(*inputs, **kwargs)
+    except (AttributeError, TypeError) as exc:
+        # A sparse operand fails the dense forward (SparseCOO refuses array use), so the
+        # dense path never checks for one: the op's sparse variant, if any, runs instead.
+        if cls.sparse_inputs or not any(type(t._data) is SparseCOO for t in tensors):
+            raise
+        variant = SPARSE_VARIANTS.get(cls)
+        if variant is None:
+            raise NotImplementedError(unsupported(f"{cls.__name__}")) from exc
+        return variant(*inputs, **kwargs)
     inference = _state.inference
     if isinstance(out, tuple):
         results = tuple(
