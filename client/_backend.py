@@ -300,6 +300,10 @@ def to_device(arr: Any, dev: Device) -> Any:
     src = device_of(arr)
     if src == dev:
         return arr
+    if type(arr) is SparseCOO:
+        return SparseCOO(
+            to_device(arr.indices, dev), to_device(arr.values, dev), arr.shape, arr.coalesced
+        )
     if dev.type == "cpu":
         return arr.get()  # cupy -> numpy
     cp = _require_cupy(f"moving a tensor to {dev}")

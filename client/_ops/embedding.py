@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from .._backend import array_module, on_input_device, ufunc_at
+from .._sparse_coo import SparseCOO
 from .._tensor import Tensor
 from ._base import Op
 
-__all__ = ["EmbeddingLookup", "EmbeddingScatter", "embedding"]
+__all__ = ["EmbeddingLookup", "EmbeddingScatter", "EmbeddingSparseGrad", "embedding"]
 
 
 class EmbeddingLookup(Op):
@@ -22,15 +23,18 @@ class EmbeddingLookup(Op):
         indices: Any = None,
         padding_idx: int | None = None,
         scale_grad_by_freq: bool = False,
+        sparse: bool = False,
     ) -> Any:
         self.save("indices", indices)
         self.save("num_weights", weight._data.shape[0])
         self.save("padding_idx", padding_idx)
         self.save("scale_grad_by_freq", scale_grad_by_freq)
+        self.save("sparse", sparse)
         return weight._data[indices]
 
     def backward(self, g: Any) -> Any:
-        return EmbeddingScatter.apply(
+        op = EmbeddingSparseGrad if self.saved("sparse") else EmbeddingScatter
+        return op.apply(
             g,
             indices=self.saved("indices"),
             num_weights=self.saved("num_weights"),
@@ -90,6 +94,58 @@ class EmbeddingScatter(Op):
         return picked * Tensor._wrap(scale.reshape(*indices.shape, 1))
 
 
+class EmbeddingSparseGrad(Op):
+    """The gradient of a lookup as a sparse COO tensor of the table's shape: one value row per
+    index looked up (duplicates stay separate, uncoalesced, as PyTorch's), the padding row's
+    left out; only these rows travel and reach the optimizer. Differentiable (double
+    backward picks the rows again)."""
+
+    sparse_inputs = True
+
+    def forward(
+        self,
+        g: Any,
+        indices: Any = None,
+        num_weights: int = 0,
+        padding_idx: int | None = None,
+        scale_grad_by_freq: bool = False,
+    ) -> Any:
+        xp = array_module(g._data)
+        dim = g._data.shape[-1]
+        flat = indices.reshape(-1)
+        rows = g._data.reshape(-1, dim)
+        scale = _row_weights(xp, flat, num_weights, None, scale_grad_by_freq, rows.dtype)
+        self.save("indices", indices)
+        self.save("scale", scale)
+        self.save("padding_idx", padding_idx)
+        if padding_idx is not None:
+            keep = flat != padding_idx
+            flat, rows = flat[keep], rows[keep]  # new arrays
+            scale = None if scale is None else scale[keep]
+        else:
+            rows = rows.copy()  # the gradient owns its values (``g`` may be a caller's tensor)
+        if scale is not None:
+            rows *= scale
+        return SparseCOO(flat.reshape(1, -1).astype("int64"), rows, (num_weights, dim), False)
+
+    def backward(self, gg: Any) -> Any:
+        from .sparse import ToDense
+
+        indices, scale = self.saved("indices"), self.saved("scale")
+        dense = ToDense.apply(gg) if gg.is_sparse else gg
+        picked = dense[indices]
+        padding_idx = self.saved("padding_idx")
+        if padding_idx is not None:
+            keep = (indices != padding_idx)[..., None]
+            picked = picked * Tensor._wrap(keep.astype(picked._data.dtype))
+        if scale is None:
+            return picked
+        return picked * Tensor._wrap(scale.reshape(*indices.shape, 1))
+
+    def name(self) -> str:
+        return "EmbeddingBackward0"
+
+
 def _normalize_padding_idx(padding_idx: int | None, num_embeddings: int) -> int | None:
     if padding_idx is None:
         return None
@@ -119,7 +175,8 @@ def embedding(
         padding_idx: the row that gets no gradient (negative counts from the end).
         max_norm, norm_type: renormalising looked-up rows is not supported (must be None).
         scale_grad_by_freq: divide each row's gradient by the row's count in ``input``.
-        sparse: sparse gradients are not supported (must be False).
+        sparse: make the gradient of ``weight`` a sparse COO tensor holding only the rows
+            looked up (for large tables: see ``docs/sparse.md``).
 
     Returns:
         A tensor of shape ``(*input.shape, embedding_dim)``.
@@ -127,7 +184,7 @@ def embedding(
     Raises:
         ArgumentError: if ``input`` is not an integer tensor or ``weight`` is not 2-D.
         IndexError: if an index is outside [0, num_embeddings).
-        NotImplementedError: for ``max_norm`` or ``sparse=True``.
+        NotImplementedError: for ``max_norm``.
 
     Example:
         >>> w = gradwire.randn(10, 3, requires_grad=True)
@@ -141,8 +198,6 @@ def embedding(
             "embedding: max_norm is not supported in gradwire (it renormalises weight rows in "
             "place); leave max_norm=None and clip the weights yourself if needed"
         )
-    if sparse:
-        raise NotImplementedError("embedding: sparse gradients are not supported; use sparse=False")
     if not isinstance(input, Tensor) or input._data.dtype.kind not in "iu":
         got = input.dtype if isinstance(input, Tensor) else type(input).__name__
         raise ArgumentError(
@@ -165,4 +220,5 @@ def embedding(
         indices=idx,
         padding_idx=_normalize_padding_idx(padding_idx, num),
         scale_grad_by_freq=scale_grad_by_freq,
+        sparse=bool(sparse),
     )

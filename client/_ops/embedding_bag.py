@@ -170,7 +170,7 @@ def embedding_bag(
         max_norm, norm_type: renormalising rows is not supported (max_norm must be None).
         scale_grad_by_freq: divide each row's gradient by its count in ``input`` (not "max").
         mode: "sum", "mean" or "max" over each bag; an empty bag gives zeros.
-        sparse: sparse gradients are not supported (gradwire has no sparse tensors).
+        sparse: make the gradient of ``weight`` a sparse COO tensor of the rows looked up.
         per_sample_weights: with mode "sum", a weight per index (same shape as ``input``).
         include_last_offset: ``offsets`` has B + 1 entries, the last one ending the last bag.
         padding_idx: entries equal to it are left out of their bag (not counted by "mean").
@@ -181,7 +181,7 @@ def embedding_bag(
     Raises:
         ValueError: a wrong mode, shape or argument combination (PyTorch's messages).
         ArgumentError: non-integer indices, bad offsets, an index outside the table.
-        NotImplementedError: ``max_norm``, ``sparse=True``, or ``per_sample_weights`` with a
+        NotImplementedError: ``max_norm``, or ``per_sample_weights`` with a
             mode other than "sum".
 
     Example:
@@ -198,11 +198,6 @@ def embedding_bag(
         raise NotImplementedError(
             "embedding_bag: max_norm is not supported in gradwire (it renormalises weight rows "
             "in place); leave max_norm=None"
-        )
-    if sparse:
-        raise NotImplementedError(
-            "embedding_bag: sparse gradients are not supported (gradwire has no sparse "
-            "tensors); use sparse=False"
         )
     if mode == "max" and scale_grad_by_freq:
         raise ValueError("max mode does not support scaling the gradient by the frequency")
@@ -234,7 +229,9 @@ def embedding_bag(
     if pad is not None:
         keep &= idx != pad
     where = xp.nonzero(keep)[0]
-    rows = EmbeddingLookup.apply(weight, indices=idx[where], scale_grad_by_freq=scale_grad_by_freq)
+    rows = EmbeddingLookup.apply(
+        weight, indices=idx[where], scale_grad_by_freq=scale_grad_by_freq, sparse=bool(sparse)
+    )
     bags = bag_ids[where]
     if mode == "max":
         return BagMax.apply(rows, bag_ids=bags, num_bags=num_bags)

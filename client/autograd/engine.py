@@ -17,6 +17,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .._backend import device_scope_of
+from .._sparse_coo import SparseCOO
 from .anomaly_mode import _anomaly, run_backward
 from .grad_mode import set_grad_enabled
 from .graph import AccumulateGrad, Node
@@ -338,8 +339,15 @@ def _unshared(grad: Any) -> bool:
     interpreter counts for a call's arguments differs between Python releases. A view
     (``base``), a user-provided gradient, or one gradient object reaching two leaves all count
     more."""
-    if getattr(grad._data, "base", 1) is not None:
+    data = grad._data
+    if type(data) is SparseCOO:
+        # PyTorch's rule for a sparse gradient: the tensor unshared and its indices and
+        # values contiguous. Views of them (``_indices()``, ``_values()``) do not count.
+        if not (data.indices.flags.c_contiguous and data.values.flags.c_contiguous):
+            return False
+    elif getattr(data, "base", 1) is not None:
         return False
+    del data
     refs, data_refs = _refcounts(grad)
     return refs <= _FRESH_GRAD_REFS[0] and data_refs <= _FRESH_GRAD_REFS[1]
 
@@ -366,6 +374,16 @@ def _fresh_grad_refs() -> tuple[int, int]:
 
 
 _FRESH_GRAD_REFS = _fresh_grad_refs()
+
+
+def _accumulate_sparse(leaf: Tensor, cur: Tensor, grad: Tensor) -> None:
+    """PyTorch's rules when either gradient is sparse: sparse + sparse stays sparse (in the
+    same ``.grad`` tensor), dense + sparse is added into the dense buffer, and a sparse
+    ``.grad`` meeting a dense gradient becomes a new dense ``.grad``."""
+    if type(cur._data) is SparseCOO and type(grad._data) is not SparseCOO:
+        leaf._grad = grad.detach() + cur.detach()  # a new dense tensor
+        return
+    cur.add_(grad)
 
 
 def _accumulate(leaf: Tensor, grad: Tensor, create_graph: bool, leaf_sink: Any) -> None:
@@ -398,6 +416,8 @@ def _accumulate(leaf: Tensor, grad: Tensor, create_graph: bool, leaf_sink: Any) 
                     leaf._grad = Tensor._wrap(grad._data.copy())
         elif create_graph or cur.requires_grad:
             leaf._grad = cur + grad
+        elif type(cur._data) is SparseCOO or type(grad._data) is SparseCOO:
+            _accumulate_sparse(leaf, cur, grad)
         else:
             cur._data += grad._data
             cur._vc.value += 1

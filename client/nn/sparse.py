@@ -29,13 +29,14 @@ class Embedding(Module):
         padding_idx: a row (negative counts from the end) that stays fixed during training.
         max_norm: not supported (must be None).
         scale_grad_by_freq: divide gradients by the frequency of each index in the batch.
-        sparse: not supported (must be False).
+        sparse: the gradient of ``weight`` is a sparse COO tensor of the rows looked up
+            (optimizers that take it: SGD, Adagrad, SparseAdam).
         _weight: use this (num_embeddings, embedding_dim) tensor as the initial weight.
         _freeze: make the weight not require grad.
 
     Raises:
         ValueError: for non-positive sizes or ``padding_idx`` outside the table.
-        NotImplementedError: for ``max_norm`` or ``sparse=True``.
+        NotImplementedError: for ``max_norm``.
 
     Example:
         >>> emb = gradwire.nn.Embedding(10, 3, padding_idx=0)
@@ -68,8 +69,6 @@ class Embedding(Module):
                 "Embedding(max_norm=...) is not supported in gradwire (it renormalises rows in "
                 "place during the lookup); leave max_norm=None"
             )
-        if sparse:
-            raise NotImplementedError("Embedding(sparse=True) is not supported; use sparse=False")
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.padding_idx = _normalize_padding_idx(padding_idx, num_embeddings)
         self.max_norm, self.norm_type = max_norm, norm_type
@@ -98,7 +97,13 @@ class Embedding(Module):
     def forward(self, input: Tensor) -> Tensor:
         """Look up ``input`` (integer indices of any shape) -> (*input.shape, embedding_dim)."""
         return embedding(
-            input, self.weight, self.padding_idx, None, self.norm_type, self.scale_grad_by_freq
+            input,
+            self.weight,
+            self.padding_idx,
+            None,
+            self.norm_type,
+            self.scale_grad_by_freq,
+            self.sparse,
         )
 
     @classmethod
@@ -161,7 +166,7 @@ class EmbeddingBag(Module):
         max_norm: not supported (must be None).
         scale_grad_by_freq: divide gradients by the frequency of each index (not for "max").
         mode: "sum", "mean" (the default) or "max".
-        sparse: not supported (must be False: gradwire has no sparse tensors).
+        sparse: the gradient of ``weight`` is a sparse COO tensor of the rows looked up.
         _weight: use this (num_embeddings, embedding_dim) tensor as the initial weight.
         include_last_offset: ``offsets`` has one more entry, ending the last bag.
         padding_idx: a row (negative counts from the end) left out of every bag.
@@ -169,7 +174,7 @@ class EmbeddingBag(Module):
     Raises:
         ValueError: for non-positive sizes, an unknown mode or ``padding_idx`` outside the
             table.
-        NotImplementedError: for ``max_norm`` or ``sparse=True``.
+        NotImplementedError: for ``max_norm``.
 
     Example:
         >>> bag = gradwire.nn.EmbeddingBag(10, 3, mode="sum")
@@ -204,11 +209,6 @@ class EmbeddingBag(Module):
             raise NotImplementedError(
                 "EmbeddingBag(max_norm=...) is not supported in gradwire (it renormalises rows "
                 "in place during the lookup); leave max_norm=None"
-            )
-        if sparse:
-            raise NotImplementedError(
-                "EmbeddingBag(sparse=True) is not supported (gradwire has no sparse tensors); "
-                "use sparse=False"
             )
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.max_norm, self.norm_type = max_norm, norm_type
@@ -250,7 +250,7 @@ class EmbeddingBag(Module):
             self.norm_type,
             self.scale_grad_by_freq,
             self.mode,
-            False,
+            self.sparse,
             per_sample_weights,
             self.include_last_offset,
             self.padding_idx,

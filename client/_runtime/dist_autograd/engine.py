@@ -202,7 +202,7 @@ class DistAutogradContext:
         g = grad.detach()
         if g.device != leaf.device:
             g = g.to(leaf.device)  # a new buffer already
-        elif not owned or g._data.strides != leaf._data.strides:
+        elif not owned or (not g.is_sparse and g._data.strides != leaf._data.strides):
             g = g.clone()
         with self.lock:
             prev = self._grads.get(id(leaf))
