@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from .._proto import worker_pb2 as pb
+from .._sparse_coo import SparseCOO
 from ..errors import PolicyError, SerializationError
 from . import guard, integrity, tensors
 from .policy import CallablePolicy
@@ -138,6 +139,8 @@ def _encoder_for(cls: type) -> Encoder | None:
 def _tensor_encoder(kind: str) -> Encoder:
     def encode(obj: Any, ctx: EncodeContext) -> Any:
         if kind == tensors.KIND_TENSOR:
+            if type(obj._data) is SparseCOO:
+                return _encode_sparse(obj, ctx)
             _, param_cls = tensors.tensor_classes()
             real_kind = tensors.KIND_PARAMETER if param_cls and isinstance(obj, param_cls) else kind
         else:
@@ -161,6 +164,57 @@ def _tensor_decoder(pid: Any, ctx: DecodeContext) -> Any:
     return obj
 
 
+def _sparse_part(arr: Any, ctx: EncodeContext) -> int:
+    packed = tensors.pack(arr, tensors.KIND_NDARRAY, ctx.peer, ctx.device_map)
+    if packed is None:
+        raise SerializationError(f"sparse tensor part of dtype {arr.dtype} cannot be sent")
+    ctx.tensors.append(packed)
+    return len(ctx.tensors) - 1
+
+
+def _encode_sparse(obj: Any, ctx: EncodeContext) -> Any:
+    """A sparse COO tensor travels as its indices and values, two side-table arrays that take
+    every route a dense tensor takes (stream, shared memory, bulk lane); the reference
+    ``("S", indices, values, shape, coalesced, requires_grad)`` rebuilds it."""
+    coo = obj._data
+    i = _sparse_part(coo.indices, ctx)
+    v = _sparse_part(coo.values, ctx)
+    ctx.objects.setdefault("T", []).append(obj)
+    return ("S", i, v, coo.shape, coo.coalesced, bool(obj.requires_grad))
+
+
+def _sparse_decoder(pid: Any, ctx: DecodeContext) -> Any:
+    ok = (
+        len(pid) == 6
+        and all(type(x) is int and 0 <= x < len(ctx.arrays) for x in pid[1:3])
+        and pid[1] != pid[2]
+        and type(pid[3]) is tuple
+        and all(type(n) is int and n >= 0 for n in pid[3])
+        and all(type(x) is bool for x in pid[4:6])
+    )
+    if not ok:
+        raise SerializationError(f"malformed sparse tensor reference {pid!r} in payload")
+    _, i, v, shape, coalesced, requires_grad = pid
+    parts = []
+    for index in (i, v):
+        meta = ctx.payload.tensors[index]
+        if meta.kind != tensors.KIND_NDARRAY:
+            raise SerializationError(f"sparse tensor part {index} is a {meta.kind!r}, not an array")
+        parts.append(tensors.unpack(meta, ctx.arrays[index]))
+    tensor_cls, _ = tensors.tensor_classes()
+    if tensor_cls is None:
+        raise SerializationError("received a tensor but gradwire.Tensor is not importable here")
+    from .._sparse_kernels import build
+
+    try:
+        coo = build(parts[0], parts[1], shape, coalesced)
+    except (ValueError, TypeError) as exc:
+        raise SerializationError(f"received a malformed sparse tensor: {exc}") from None
+    obj = tensor_cls._wrap(coo, requires_grad=requires_grad)
+    ctx.objects.setdefault("T", []).append(obj)
+    return obj
+
+
 _tensor_types_done = False
 
 
@@ -171,6 +225,7 @@ def _register_tensor_types() -> None:
     tensor_cls, _ = tensors.tensor_classes()
     _encoders[np.ndarray] = _tensor_encoder(tensors.KIND_NDARRAY)
     _decoders["T"] = _tensor_decoder
+    _decoders["S"] = _sparse_decoder
     if tensor_cls is not None:
         _encoders[tensor_cls] = _tensor_encoder(tensors.KIND_TENSOR)
         _tensor_types_done = True
