@@ -351,7 +351,7 @@ def _leaf_sink(ctx: DistAutogradContext) -> LeafSink:
     shared: set[int] = set()
 
     def sink(leaf: Any, grad: Any, owned: bool) -> None:
-        ptr = grad.data_ptr()
+        ptr = (grad._values() if grad.is_sparse else grad).data_ptr()
         if not owned:
             shared.add(ptr)
         elif ptr in shared:
