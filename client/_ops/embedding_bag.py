@@ -11,6 +11,7 @@ Every backward is made of these ops again, so second derivatives work.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from .._backend import array_module, on_input_device, ufunc_at
@@ -192,6 +193,20 @@ def embedding_bag(
     """
     from ..errors import ArgumentError
 
+    if (
+        isinstance(weight, Tensor)
+        and isinstance(input, Tensor)
+        and weight._data.dtype == "int64"
+        and input.is_floating_point()
+    ):
+        # PyTorch's old argument order, embedding_bag(weight, input, ...): still accepted
+        warnings.warn(
+            "Argument order of nn.functional.embedding_bag was changed. Usage "
+            "`embedding_bag(weight, input, ...)` is deprecated, and should now be "
+            "`embedding_bag(input, weight, ...)`.",
+            stacklevel=3,
+        )
+        weight, input = input, weight
     if mode not in _MODES:
         raise ValueError("mode has to be one of sum, mean or max")
     if max_norm is not None:

@@ -14,6 +14,7 @@ from .device_maps import normalize_device_map
 
 __all__ = [
     "GrpcRpcBackendOptions",
+    "RpcBackendOptions",
     "TensorPipeRpcBackendOptions",
     "BackendType",
     "DEFAULT_RPC_TIMEOUT",
@@ -29,8 +30,25 @@ UNSET_RPC_TIMEOUT = -1.0
 NO_TIMEOUT = 0.0
 
 
+class RpcBackendOptions:
+    """PyTorch's base of the backends' options: only ``rpc_timeout`` and ``init_method``.
+    ``init_rpc`` cannot infer a backend from an instance of this class itself (or of a
+    subclass other than :class:`GrpcRpcBackendOptions`) and raises TypeError, as PyTorch's
+    does; pass :class:`GrpcRpcBackendOptions` (or PyTorch's
+    :class:`TensorPipeRpcBackendOptions`)."""
+
+    def __init__(
+        self, rpc_timeout: float = DEFAULT_RPC_TIMEOUT, init_method: str = "env://"
+    ) -> None:
+        self.rpc_timeout = rpc_timeout
+        self.init_method = init_method
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(rpc_timeout={self.rpc_timeout!r}, init_method={self.init_method!r})"
+
+
 @dataclass
-class GrpcRpcBackendOptions:
+class GrpcRpcBackendOptions(RpcBackendOptions):
     """How a worker serves, connects and protects itself.
 
     Args:

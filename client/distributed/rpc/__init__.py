@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..._runtime.cluster.options import (
     BackendType,
     GrpcRpcBackendOptions,
+    RpcBackendOptions,
     TensorPipeRpcBackendOptions,
 )
 from ..._runtime.cluster.workers import WorkerInfo
@@ -36,9 +37,6 @@ from .api import (
     shutdown,
 )
 from .rref import RRef
-
-#: PyTorch-style name of the backend options.
-RpcBackendOptions = GrpcRpcBackendOptions
 
 __all__ = [
     "init_rpc",

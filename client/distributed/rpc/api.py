@@ -9,7 +9,12 @@ import time
 from typing import Any
 
 from ..._runtime import agent as _agent
-from ..._runtime.cluster.options import UNSET_RPC_TIMEOUT, BackendType, GrpcRpcBackendOptions
+from ..._runtime.cluster.options import (
+    UNSET_RPC_TIMEOUT,
+    BackendType,
+    GrpcRpcBackendOptions,
+    RpcBackendOptions,
+)
 from ..._runtime.cluster.workers import RANK_LIMIT, WorkerInfo, validate_name, validate_rank
 from ...errors import ArgumentError, RpcInitError
 from ...futures import Future
@@ -135,6 +140,12 @@ def init_rpc(
     if rpc_backend_options is not None and not isinstance(
         rpc_backend_options, GrpcRpcBackendOptions
     ):
+        if isinstance(rpc_backend_options, RpcBackendOptions):
+            raise TypeError(
+                f"Could not infer backend for options {rpc_backend_options}: gradwire's backend "
+                "takes GrpcRpcBackendOptions (or PyTorch's TensorPipeRpcBackendOptions), not "
+                f"{type(rpc_backend_options).__name__}"
+            )
         raise TypeError(
             "Argument rpc_backend_options must be an instance of RpcBackendOptions "
             f"(GrpcRpcBackendOptions), got {type(rpc_backend_options).__name__}"
