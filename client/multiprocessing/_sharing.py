@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _segment
 
-__all__ = ["share_memory_", "is_shared"]
+__all__ = ["share_memory_", "is_shared", "sparse_parts"]
 
 log = logging.getLogger(__name__)
 _move_lock = threading.RLock()  # a Queue feeder thread may share while the caller does too
@@ -61,9 +61,32 @@ def is_shared(tensor: Any) -> bool:
         >>> is_shared(t), is_shared(share_memory_(t))
         (False, True)
     """
+    parts = sparse_parts(tensor)
+    if parts is not None:
+        return all(is_shared(p) for p in parts)
     if on_gpu(tensor):
         return True  # CUDA memory is shared through IPC handles, as in torch
     return _segment.segment_of(tensor._data) is not None
+
+
+def sparse_parts(tensor: Any) -> tuple[Any, Any] | None:
+    """A sparse tensor's indices and values as two tensors over its arrays (None if dense)."""
+    from .._sparse_coo import SparseCOO
+    from .._tensor import Tensor
+
+    coo = tensor._data
+    if type(coo) is not SparseCOO:
+        return None
+    return Tensor._wrap(coo.indices), Tensor._wrap(coo.values)
+
+
+def _share_sparse(tensor: Any, parts: tuple[Any, Any]) -> None:
+    """Move a sparse tensor's indices and values into shared memory (each its own segment)."""
+    for p in parts:
+        share_memory_(p)
+    coo = tensor._data
+    tensor._data = type(coo)(parts[0]._data, parts[1]._data, coo.shape, coo.coalesced)
+    tensor._shared = (parts[0]._shared, parts[1]._shared)  # keeps both segments mapped
 
 
 def share_memory_(tensor: Any) -> Any:
@@ -90,6 +113,11 @@ def share_memory_(tensor: Any) -> Any:
         >>> t.is_shared()
         True
     """
+    parts = sparse_parts(tensor)
+    if parts is not None:
+        if not on_gpu(parts[1]):
+            _share_sparse(tensor, parts)
+        return tensor
     if on_gpu(tensor) or is_shared(tensor):
         return tensor
     with _move_lock:

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from . import _segment
-from ._sharing import on_gpu, share_memory_
+from ._sharing import on_gpu, share_memory_, sparse_parts
 
-__all__ = ["init_reductions", "reduce_tensor", "rebuild_cpu_tensor"]
+__all__ = ["init_reductions", "reduce_tensor", "rebuild_cpu_tensor", "rebuild_sparse_tensor"]
 
 log = logging.getLogger(__name__)
 _Layout = tuple[str, tuple[int, ...], tuple[int, ...], int]  # dtype, shape, strides, offset
@@ -54,6 +54,15 @@ def reduce_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
             "graph stays in this process. Send tensor.detach() (a leaf sharing the same memory), "
             "or tensor.detach().requires_grad_() if the receiver needs a leaf that requires grad"
         )
+    parts = sparse_parts(tensor)
+    if parts is not None:
+        share_memory_(tensor)  # its indices and values, each then sent as a shared tensor
+        parts = sparse_parts(tensor)
+        coo = tensor._data
+        return (
+            rebuild_sparse_tensor,
+            (type(tensor), *parts, coo.shape, coo.coalesced, tensor.requires_grad),
+        )
     if on_gpu(tensor):
         from . import _cuda_ipc
 
@@ -69,6 +78,24 @@ def reduce_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
         rebuild_cpu_tensor,
         (type(tensor), seg, _layout(tensor._data, seg), base_layout, tensor.requires_grad),
     )
+
+
+def rebuild_sparse_tensor(
+    cls: Any,
+    indices: Any,
+    values: Any,
+    shape: tuple[int, ...],
+    coalesced: bool,
+    requires_grad: bool,
+) -> Any:
+    """The receiving side of a sparse tensor: its shared indices and values, as one tensor."""
+    from .._sparse_coo import SparseCOO
+
+    t = cls._wrap(SparseCOO(indices._data, values._data, shape, coalesced))
+    t._shared = (indices._shared, values._shared)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
 
 
 def rebuild_cpu_tensor(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from .. import _sparse_kernels as K
 from .._backend import array_module
+from .._sparse_coo import SparseCOO, is_sparse
 from .._tensor import Tensor
+from ..errors import ArgumentError
 from ._real_view import as_real, write_back
 from .optimizer import Optimizer, check_non_negative
 
@@ -21,6 +24,10 @@ class Adagrad(Optimizer):
     PyTorch the state (``step``, ``sum``) exists from construction. Complex parameters are
     treated as pairs of reals.
 
+    A sparse gradient (``nn.Embedding(sparse=True)``) is coalesced and updates ``s`` and the
+    parameter at its rows only, as PyTorch's sparse path. There, as in PyTorch, a complex
+    gradient is squared and rooted as a complex number, not as a pair of reals.
+
     Args:
         params: parameters (or parameter-group dicts) to optimize.
         lr: learning rate.
@@ -33,6 +40,8 @@ class Adagrad(Optimizer):
     Raises:
         ValueError: a negative ``lr``, ``lr_decay``, ``weight_decay``,
             ``initial_accumulator_value`` or ``eps``.
+        ArgumentError: (at ``step``, a RuntimeError as PyTorch's) a sparse gradient with
+            ``weight_decay``.
 
     Example:
         >>> opt = gradwire.optim.Adagrad(model.parameters(), lr=0.01)
@@ -70,6 +79,13 @@ class Adagrad(Optimizer):
             for p in group["params"]:
                 self._init_state(p, self.state.setdefault(p, {}), group)
 
+    _accepts_sparse_grad = True
+
+    def _check_grad(self, p: Tensor, grad: Any, group: dict[str, Any]) -> None:
+        super()._check_grad(p, grad, group)
+        if is_sparse(grad) and group["weight_decay"]:
+            raise ArgumentError("weight_decay option is not compatible with sparse gradients")
+
     def _init_state(self, p: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         d = as_real(p._data)
         state["step"] = 0
@@ -78,6 +94,11 @@ class Adagrad(Optimizer):
     def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         if not state:  # a parameter group added after construction
             self._init_state(p, state, group)
+        if is_sparse(grad):
+            state["step"] += 1
+            clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
+            _sparse_step(p._data, grad, state["sum"], clr, group)
+            return
         d = as_real(p._data)
         xp = array_module(d)
         g = as_real(grad)
@@ -94,3 +115,18 @@ class Adagrad(Optimizer):
         step *= clr
         d -= step.astype(d.dtype, copy=False)
         write_back(p._data, d)
+
+
+def _sparse_step(d: Any, grad: SparseCOO, total: Any, clr: float, group: dict[str, Any]) -> None:
+    """PyTorch's sparse Adagrad step on the rows of ``grad``: ``s += g**2`` there, then
+    ``p -= clr * g / (sqrt(s) + eps)`` there."""
+    g = grad.with_values(-grad.values) if group["maximize"] else grad
+    g = K.coalesce(g)  # the step is not linear in g: duplicate rows are summed first
+    if d.dtype.kind == "c":
+        total = total.view(d.dtype)  # the sum is kept as pairs of reals; PyTorch's sparse path is complex
+    K.add_into_dense(total, g.with_values(g.values * g.values))
+    std = K.mask(total, g).values
+    xp = array_module(std)
+    xp.sqrt(std, out=std)
+    std += group["eps"]
+    K.add_into_dense(d, g.with_values(g.values / std), -clr)

@@ -45,6 +45,11 @@ class Adam(Optimizer):
             ),
         )
 
+    @classmethod
+    def _sparse_refusal(cls) -> str:
+        # PyTorch's words, AdamW's included (it says "Adam" there too).
+        return "Adam does not support sparse gradients, please consider SparseAdam instead"
+
     def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         d, xp, g = real_step_inputs(p, grad, group)
         if not state:

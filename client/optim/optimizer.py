@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 from .._backend import device_scope_of
+from .._sparse_coo import is_sparse
 from .._tensor import Tensor
+from ..errors import ArgumentError
 
 __all__ = ["Optimizer", "check_non_negative"]
 
@@ -22,8 +24,14 @@ def check_non_negative(**values: float) -> None:
 class Optimizer:
     """Base class: holds ``param_groups`` (dicts with "params" and hyper-parameters) and ``state``.
 
-    Subclasses implement ``_update(param, grad, state, group)`` working on arrays in place.
+    Subclasses implement ``_update(param, grad, state, group)`` working on arrays in place. The
+    gradient is a dense array, or a ``SparseCOO`` (from ``nn.Embedding(sparse=True)``) only
+    when the class sets ``_accepts_sparse_grad``; ``_check_grad`` refuses the rest, as PyTorch
+    does, for every gradient of a step before any parameter moves.
     """
+
+    #: Whether ``_update`` takes sparse (SparseCOO) gradients: SGD, Adagrad and SparseAdam do.
+    _accepts_sparse_grad: ClassVar[bool] = False
 
     def __init__(self, params: Iterable[Any], defaults: dict[str, Any]) -> None:
         if isinstance(params, Tensor):
@@ -57,13 +65,17 @@ class Optimizer:
         self.param_groups.append(full)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Reset gradients (to None by default, as in PyTorch)."""
+        """Reset gradients: to None by default, else zeroed in place (a sparse gradient is
+        emptied: no stored elements, as PyTorch's ``zero_()`` leaves it)."""
         for g in self.param_groups:
             for p in g["params"]:
                 if set_to_none:
                     p.grad = None
                 elif p.grad is not None:
-                    p.grad._data[...] = 0
+                    if is_sparse(p.grad._data):
+                        p.grad.zero_()
+                    else:
+                        p.grad._data[...] = 0
 
     def step(self, closure: Any = None) -> Any:
         """Update every parameter that has a gradient; parameters without one are untouched."""
@@ -73,22 +85,39 @@ class Optimizer:
 
             with enable_grad():
                 loss = closure()
-        for g in self.param_groups:
-            for p in g["params"]:
-                if p.grad is None:
-                    continue
-                self._update_on_device(p, p.grad._data, g)
+        self._apply(
+            [(g, p, p.grad._data) for g in self.param_groups for p in g["params"] if p.grad is not None]
+        )
         return loss
 
     def step_with_grads(self, grads: dict[Tensor, Tensor]) -> None:
         """Apply one step using gradients from ``grads`` instead of ``.grad`` (used by the
         distributed optimizer with a dist-autograd context's gradients)."""
-        for g in self.param_groups:
-            for p in g["params"]:
-                grad = grads.get(p)
-                if grad is None:
-                    continue
-                self._update_on_device(p, grad._data, g)
+        self._apply(
+            [
+                (g, p, grads[p]._data)
+                for g in self.param_groups
+                for p in g["params"]
+                if grads.get(p) is not None
+            ]
+        )
+
+    def _apply(self, work: list[tuple[dict[str, Any], Tensor, Any]]) -> None:
+        # Every gradient is checked first, so a refused step leaves all parameters as they were.
+        for group, p, grad in work:
+            self._check_grad(p, grad, group)
+        for group, p, grad in work:
+            self._update_on_device(p, grad, group)
+
+    def _check_grad(self, p: Tensor, grad: Any, group: dict[str, Any]) -> None:
+        """Raise ``ArgumentError`` (a RuntimeError, as PyTorch's) when ``_update`` cannot take
+        ``grad`` with ``group``'s options; subclasses add their own refusals."""
+        if is_sparse(grad) and not self._accepts_sparse_grad:
+            raise ArgumentError(self._sparse_refusal())
+
+    @classmethod
+    def _sparse_refusal(cls) -> str:
+        return f"{cls.__name__} does not support sparse gradients"
 
     def _update_on_device(self, p: Tensor, grad: Any, group: dict[str, Any]) -> None:
         scope = device_scope_of((p,))  # a GPU parameter is updated on its own device
