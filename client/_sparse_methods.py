@@ -32,6 +32,7 @@ class layout:  # noqa: N801 - PyTorch's name (torch.layout)
     """A tensor's memory layout: ``gradwire.strided`` (dense) or ``gradwire.sparse_coo``."""
 
     __slots__ = ("name",)
+    __module__ = "gradwire"  # pickled by name as gradwire.strided / gradwire.sparse_coo
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -214,6 +214,8 @@ def embedding_bag(
             "embedding_bag: max_norm is not supported in gradwire (it renormalises weight rows "
             "in place); leave max_norm=None"
         )
+    if mode == "max" and sparse:
+        raise ValueError("max mode does not support sparse weights")
     if mode == "max" and scale_grad_by_freq:
         raise ValueError("max mode does not support scaling the gradient by the frequency")
     if per_sample_weights is not None and mode != "sum":

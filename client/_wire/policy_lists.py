@@ -108,6 +108,7 @@ GRADWIRE_NAMESPACES: tuple[str, ...] = (
     "gradwire.distributed.optim",
     "gradwire.distributed.nn",
     "gradwire.multiprocessing",
+    "gradwire.sparse",
 )
 
 _ARRAY_METHODS = """
@@ -309,6 +310,13 @@ gradwire.nn:MaxPool2d. extra_repr forward
 gradwire.nn:AvgPool2d. extra_repr forward
 gradwire.nn:AdaptiveAvgPool2d. extra_repr forward
 gradwire.nn.functional: adaptive_avg_pool2d avg_pool2d conv2d max_pool2d
+# sparse COO tensors (client/_sparse_methods.py, client/sparse/): arrays in, arrays out
+gradwire: layout sparse_coo sparse_coo_tensor strided
+gradwire.sparse: sum
+gradwire:Tensor. coalesce dense_dim indices is_coalesced sparse_dim sparse_mask to_dense
+    to_sparse values
+gradwire.optim: SparseAdam
+gradwire.optim:SparseAdam. step step_with_grads
 # nn embeddings, recurrent layers, dropout (client/nn/sparse.py, rnn.py, dropout.py)
 gradwire.nn: Dropout Dropout2d Embedding EmbeddingBag GRU GRUCell LSTM LSTMCell RNN RNNBase RNNCell
     RNNCellBase

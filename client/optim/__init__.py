@@ -13,6 +13,7 @@ from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .rprop import Rprop
 from .sgd import SGD
+from .sparse_adam import SparseAdam
 
 __all__ = [
     "Optimizer",
@@ -24,5 +25,6 @@ __all__ = [
     "Adadelta",
     "Adamax",
     "Rprop",
+    "SparseAdam",
     "lr_scheduler",
 ]

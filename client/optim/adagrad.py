@@ -94,9 +94,9 @@ class Adagrad(Optimizer):
     def _update(self, p: Tensor, grad: Any, state: dict[str, Any], group: dict[str, Any]) -> None:
         if not state:  # a parameter group added after construction
             self._init_state(p, state, group)
+        state["step"] += 1
+        clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         if is_sparse(grad):
-            state["step"] += 1
-            clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
             _sparse_step(p._data, grad, state["sum"], clr, group)
             return
         d = as_real(p._data)
@@ -105,8 +105,6 @@ class Adagrad(Optimizer):
         g = -g if group["maximize"] else g
         if group["weight_decay"]:
             g = g + group["weight_decay"] * d
-        state["step"] += 1
-        clr = group["lr"] / (1 + (state["step"] - 1) * group["lr_decay"])
         s = state["sum"]
         s += g * g
         step = xp.sqrt(s)  # one scratch array, updated in place (no temporaries per term)
@@ -122,8 +120,8 @@ def _sparse_step(d: Any, grad: SparseCOO, total: Any, clr: float, group: dict[st
     ``p -= clr * g / (sqrt(s) + eps)`` there."""
     g = grad.with_values(-grad.values) if group["maximize"] else grad
     g = K.coalesce(g)  # the step is not linear in g: duplicate rows are summed first
-    if d.dtype.kind == "c":
-        total = total.view(d.dtype)  # the sum is kept as pairs of reals; PyTorch's sparse path is complex
+    if d.dtype.kind == "c":  # the sum is stored as pairs of reals; PyTorch's sparse math is complex
+        total = total.view(d.dtype)
     K.add_into_dense(total, g.with_values(g.values * g.values))
     std = K.mask(total, g).values
     xp = array_module(std)
