@@ -26,7 +26,7 @@ from typing import IO, Any
 import numpy as np
 
 from . import _dtypes
-from ._tensor import Tensor, _rebuild_tensor
+from ._tensor import Tensor, _rebuild_sparse, _rebuild_tensor
 from .errors import ArgumentError
 
 __all__ = ["save", "load"]
@@ -74,6 +74,8 @@ class _WeightsUnpickler(pickle.Unpickler):
             return found
         if (module, name) == ("gradwire._tensor", "_rebuild_tensor"):
             return self._rebuild
+        if (module, name) == ("gradwire._tensor", "_rebuild_sparse"):
+            return self._rebuild_sparse
         if module == "gradwire._dtypes":
             value = getattr(_dtypes, name, None)
             if isinstance(value, _dtypes.dtype):
@@ -91,6 +93,31 @@ class _WeightsUnpickler(pickle.Unpickler):
         if cls not in self._classes.values():
             raise pickle.UnpicklingError(f"weights_only load refused tensor class {cls!r}")
         return _moved(_rebuild_tensor(arr, requires_grad, cls), self._device)
+
+
+    def _rebuild_sparse(
+        self,
+        indices: Any,
+        values: Any,
+        shape: Any,
+        coalesced: Any,
+        requires_grad: bool,
+        cls: Any = Tensor,
+    ) -> Tensor:
+        ok = (
+            isinstance(indices, np.ndarray)
+            and isinstance(values, np.ndarray)
+            and isinstance(shape, tuple)
+            and all(type(n) is int for n in shape)
+            and cls in self._classes.values()
+        )
+        if not ok:
+            raise pickle.UnpicklingError("malformed sparse tensor in a weights_only file")
+        try:  # the indices are checked against the shape
+            t = _rebuild_sparse(indices, values, shape, bool(coalesced), bool(requires_grad), cls)
+        except (ValueError, TypeError) as exc:
+            raise pickle.UnpicklingError(f"malformed sparse tensor in a weights_only file: {exc}")
+        return t if self._device is None else t.to(self._device)
 
 
 def _moved(t: Tensor, device: Any) -> Tensor:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _sparse_kernels as K
-from ._backend import CPU, Device, device_of, device_scope, module_for, to_device
+from ._backend import CPU, Device, device_of, device_scope, module_for, on_self_device, to_device
 from ._ops import binary as B
 from ._ops import reduce as R
 from ._ops import scalar as S
@@ -99,12 +99,25 @@ def sparse_coo_tensor(
         s = gw.sparse_coo_tensor([[0, 2]], [1.0, 5.0], (4,))
         s.to_dense()  # tensor([1., 0., 5., 0.])
     """
-    from ._dtypes import get_default_dtype, to_numpy_dtype
-
     del check_invariants
     dev = Device(device) if device is not None else None
     if dev is None and isinstance(values, Tensor):
         dev = values.device
+    with device_scope(dev or CPU):  # CuPy computes on the current device
+        return _sparse_coo_tensor(indices, values, size, dtype, dev, requires_grad, is_coalesced)
+
+
+def _sparse_coo_tensor(
+    indices: Any,
+    values: Any,
+    size: Any,
+    dtype: Any,
+    dev: Device | None,
+    requires_grad: bool,
+    is_coalesced: bool | None,
+) -> Tensor:
+    from ._dtypes import get_default_dtype, to_numpy_dtype
+
     np_dt = to_numpy_dtype(dtype) if dtype is not None else None
     vals = _array(values, dev, np_dt)
     if np_dt is None and not isinstance(values, Tensor) and vals.dtype == np.float64:
@@ -338,13 +351,13 @@ def _install() -> None:
         "sparse_dim": sparse_dim,
         "dense_dim": dense_dim,
         "_nnz": _nnz,
-        "sparse_mask": sparse_mask,
     }.items():
         setattr(Tensor, name, fn)
     Tensor.layout = property(_layout)  # type: ignore[attr-defined]
+    Tensor.sparse_mask = on_self_device(sparse_mask)  # type: ignore[attr-defined]
     for name in ("zero_", "index_select"):
         dense = getattr(Tensor, name)
-        sparse = {"zero_": _zero_, "index_select": _index_select}[name]
+        sparse = on_self_device({"zero_": _zero_, "index_select": _index_select}[name])
         setattr(Tensor, name, _either(dense, sparse))
 
 
