@@ -110,5 +110,5 @@ class SparseAdam(Optimizer):
         K.add_into_dense(state["exp_avg_sq"], g.with_values(step_v))
         numer = step_m + old_m
         denom = xp.sqrt(step_v + old_v) + group["eps"]
-        step_size = group["lr"] * math.sqrt(1 - b2**(t+1)) / (1 - b1**t)
+        step_size = group["lr"] * math.sqrt(1 - b2**t) / (1 - b1**t)
         K.add_into_dense(d, g.with_values(numer / denom), -step_size)
