@@ -86,7 +86,12 @@ class Optimizer:
             with enable_grad():
                 loss = closure()
         self._apply(
-            [(g, p, p.grad._data) for g in self.param_groups for p in g["params"] if p.grad is not None]
+            [
+                (g, p, p.grad._data)
+                for g in self.param_groups
+                for p in g["params"]
+                if p.grad is not None
+            ]
         )
         return loss
 
