@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Iterable
 
 from .. import _sparse_kernels as K
-from .._backend import array_module
+from .._backend import array_module, device_scope_of
 from .._sparse_coo import SparseCOO, is_sparse
 from .._tensor import Tensor
 from ..errors import ArgumentError
@@ -47,6 +48,8 @@ class Adagrad(Optimizer):
         >>> opt = gradwire.optim.Adagrad(model.parameters(), lr=0.01)
     """
 
+    _accepts_sparse_grad = True
+
     def __init__(
         self,
         params: Iterable[Any],
@@ -77,9 +80,9 @@ class Adagrad(Optimizer):
         )
         for group in self.param_groups:
             for p in group["params"]:
-                self._init_state(p, self.state.setdefault(p, {}), group)
-
-    _accepts_sparse_grad = True
+                # made on the parameter's own device (CuPy allocates on the current one)
+                with device_scope_of((p,)) or contextlib.nullcontext():
+                    self._init_state(p, self.state.setdefault(p, {}), group)
 
     def _check_grad(self, p: Tensor, grad: Any, group: dict[str, Any]) -> None:
         super()._check_grad(p, grad, group)
