@@ -140,8 +140,7 @@ class Optimizer:
         index = {id(p): i for i, p in enumerate(p for g in self.param_groups for p in g["params"])}
         return {
             "state": {
-                index[id(p)]: {k: (v.copy() if hasattr(v, "copy") else v) for k, v in s.items()}
-                for p, s in self.state.items()
+                index[id(p)]: {k: _saved(v) for k, v in s.items()} for p, s in self.state.items()
             },
             "param_groups": [
                 {
@@ -163,7 +162,10 @@ class Optimizer:
             )
         for g, saved in zip(self.param_groups, groups):
             g.update({k: v for k, v in saved.items() if k != "params"})
-        self.state = {params[int(i)]: dict(s) for i, s in state_dict["state"].items()}
+        self.state = {
+            params[int(i)]: {k: _loaded(v) for k, v in s.items()}
+            for i, s in state_dict["state"].items()
+        }
 
     def __repr__(self) -> str:
         lines = [type(self).__name__ + " ("]
@@ -171,3 +173,17 @@ class Optimizer:
             lines.append(f"Parameter Group {i}")
             lines += [f"    {k}: {v}" for k, v in sorted(g.items()) if k != "params"]
         return "\n".join(lines) + "\n)"
+
+
+def _saved(value: Any) -> Any:
+    # A sparse state (SGD's momentum buffer) is saved as a sparse tensor, as PyTorch's, so
+    # gradwire.save / gradwire.load(weights_only=True) carry it.
+    if is_sparse(value):
+        return Tensor._wrap(value.copy())
+    return value.copy() if hasattr(value, "copy") else value
+
+
+def _loaded(value: Any) -> Any:
+    if isinstance(value, Tensor) and is_sparse(value._data):
+        return value._data.copy()
+    return value

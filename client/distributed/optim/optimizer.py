@@ -5,7 +5,9 @@ RRefs, a local optimizer over that owner's parameters (held through an RRef); ``
 of them concurrently over RPC, each applying the gradients that the distributed autograd
 context holds on its worker. Steps of several distributed optimizers touching the same worker
 are serialized by one lock per worker process. Parameters without a gradient in the context
-are left untouched.
+are left untouched. A sparse gradient in the context (``nn.Embedding(sparse=True)`` on the
+owner) reaches the local optimizer as it is: SGD, Adagrad and SparseAdam step it, the others
+refuse it with PyTorch's message.
 """
 
 from __future__ import annotations
