@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from . import (
     _malloc,  # noqa: F401  (tunes glibc's malloc thresholds at import; see its docstring)
+    _sparse_methods,  # noqa: F401  (the sparse COO surface of Tensor)
     _tensor_methods,  # noqa: F401  (op surface of Tensor)
     _tensor_scatter,  # noqa: F401  (gather/scatter/index_select and in-place random fills)
-    _sparse_methods,  # noqa: F401  (the sparse COO surface of Tensor)
     autograd,
     distributions,
     errors,

@@ -57,7 +57,9 @@ def _sparse_repr(t: Any) -> str:
     pad = "\n" + " " * len("tensor(")
 
     def part(name: str, arr: Any) -> str:
-        return name + "=" + tensor_repr(type(t)._wrap(arr)).replace("\n", pad + " " * (len(name) + 1))
+        return (
+            name + "=" + tensor_repr(type(t)._wrap(arr)).replace("\n", pad + " " * (len(name) + 1))
+        )
 
     extras = [f"size={coo.shape}", f"nnz={coo.nnz}", "layout=gradwire.sparse_coo"]
     if t.device.type != "cpu":

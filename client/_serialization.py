@@ -94,7 +94,6 @@ class _WeightsUnpickler(pickle.Unpickler):
             raise pickle.UnpicklingError(f"weights_only load refused tensor class {cls!r}")
         return _moved(_rebuild_tensor(arr, requires_grad, cls), self._device)
 
-
     def _rebuild_sparse(
         self,
         indices: Any,
@@ -116,7 +115,9 @@ class _WeightsUnpickler(pickle.Unpickler):
         try:  # the indices are checked against the shape
             t = _rebuild_sparse(indices, values, shape, bool(coalesced), bool(requires_grad), cls)
         except (ValueError, TypeError) as exc:
-            raise pickle.UnpicklingError(f"malformed sparse tensor in a weights_only file: {exc}")
+            raise pickle.UnpicklingError(
+                f"malformed sparse tensor in a weights_only file: {exc}"
+            ) from None
         return t if self._device is None else t.to(self._device)
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 __all__ = ["SparseCOO", "is_sparse", "unsupported"]
 
 

@@ -9,7 +9,7 @@ an op, check here on their slow path only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -120,7 +120,7 @@ def _sparse_coo_tensor(
 
     np_dt = to_numpy_dtype(dtype) if dtype is not None else None
     vals = _array(values, dev, np_dt)
-    if np_dt is None and not isinstance(values, Tensor) and vals.dtype == np.float64:
+    if np_dt is None and not hasattr(values, "dtype") and vals.dtype == np.float64:
         vals = vals.astype(get_default_dtype().np)  # Python floats: the default dtype
     idx = _array(indices, dev or device_of(vals))
     shape = tuple(int(s) for s in size) if size is not None else None
@@ -357,7 +357,8 @@ def _install() -> None:
     Tensor.sparse_mask = on_self_device(sparse_mask)  # type: ignore[attr-defined]
     for name in ("zero_", "index_select"):
         dense = getattr(Tensor, name)
-        sparse = on_self_device({"zero_": _zero_, "index_select": _index_select}[name])
+        variants: dict[str, Callable[..., Any]] = {"zero_": _zero_, "index_select": _index_select}
+        sparse = on_self_device(variants[name])
         setattr(Tensor, name, _either(dense, sparse))
 
 

@@ -10,8 +10,8 @@ import numpy as np
 
 from ._backend import CPU, Device, device_of, device_scope
 from ._dtypes import dtype as _dtype_cls
-from ._sparse_coo import SparseCOO
 from ._dtypes import from_numpy_dtype, to_numpy_dtype
+from ._sparse_coo import SparseCOO
 from .autograd.grad_mode import _state
 from .autograd.graph import (
     AccumulateGrad,
@@ -506,7 +506,13 @@ class Tensor:
             host = (_host(data.indices), _host(data.values))
             return (
                 _rebuild_sparse,
-                (*host, data.shape, data.coalesced, self.requires_grad and self.is_leaf, type(self)),
+                (
+                    *host,
+                    data.shape,
+                    data.coalesced,
+                    self.requires_grad and self.is_leaf,
+                    type(self),
+                ),
             )
         return (
             _rebuild_tensor,

@@ -141,14 +141,18 @@ def add_(self: Tensor, other: Any, alpha: Any = 1) -> Tensor:
     if alpha == 1 and _fast_inplace(self, np.add, other, (other,)):
         return self
     done = inplace_sparse(self, other, alpha, "add")
-    return done if done is not None else _inplace(self, lambda s: s.add(other, alpha=alpha), (other,))
+    return (
+        done if done is not None else _inplace(self, lambda s: s.add(other, alpha=alpha), (other,))
+    )
 
 
 def sub_(self: Tensor, other: Any, alpha: Any = 1) -> Tensor:
     if alpha == 1 and _fast_inplace(self, np.subtract, other, (other,)):
         return self
     done = inplace_sparse(self, other, alpha, "sub")
-    return done if done is not None else _inplace(self, lambda s: s.sub(other, alpha=alpha), (other,))
+    return (
+        done if done is not None else _inplace(self, lambda s: s.sub(other, alpha=alpha), (other,))
+    )
 
 
 def mul_(self: Tensor, other: Any) -> Tensor:

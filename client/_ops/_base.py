@@ -13,7 +13,16 @@ from ..autograd.anomaly_mode import _anomaly, record_origin
 from ..autograd.grad_mode import _state
 from ..autograd.graph import Node
 
-__all__ = ["Op", "record", "edge_of", "reduce_grad", "as_tensor_like", "result_dtype", "promoted", "SPARSE_VARIANTS"]
+__all__ = [
+    "Op",
+    "record",
+    "edge_of",
+    "reduce_grad",
+    "as_tensor_like",
+    "result_dtype",
+    "promoted",
+    "SPARSE_VARIANTS",
+]
 
 
 def edge_of(t: Any) -> tuple[Node | None, int]:

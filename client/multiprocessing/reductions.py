@@ -57,11 +57,11 @@ def reduce_tensor(tensor: Any) -> tuple[Any, tuple[Any, ...]]:
     parts = sparse_parts(tensor)
     if parts is not None:
         share_memory_(tensor)  # its indices and values, each then sent as a shared tensor
-        parts = sparse_parts(tensor)
+        indices, values = sparse_parts(tensor) or parts
         coo = tensor._data
         return (
             rebuild_sparse_tensor,
-            (type(tensor), *parts, coo.shape, coo.coalesced, tensor.requires_grad),
+            (type(tensor), indices, values, coo.shape, coo.coalesced, tensor.requires_grad),
         )
     if on_gpu(tensor):
         from . import _cuda_ipc

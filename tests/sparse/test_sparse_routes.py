@@ -22,7 +22,9 @@ PEER = "worker1"
 def _sparse(nnz: int, seed: int) -> gw.Tensor:
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, ROWS, size=(1, nnz))
-    return gw.sparse_coo_tensor(idx, rng.standard_normal((nnz, DIM)).astype(np.float32), (ROWS, DIM))
+    return gw.sparse_coo_tensor(
+        idx, rng.standard_normal((nnz, DIM)).astype(np.float32), (ROWS, DIM)
+    )
 
 
 def _echo(x: Any) -> Any:

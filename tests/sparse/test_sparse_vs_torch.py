@@ -135,7 +135,10 @@ PROGRAM = textwrap.dedent(
 
 def _gradwire_values() -> dict[str, np.ndarray]:
     out: dict[str, Any] = {}
-    exec(compile(PROGRAM, "<sparse program>", "exec"), {"torch": gw, "np": np, "inputs": INPUTS, "out": out})  # noqa: S102
+    exec(
+        compile(PROGRAM, "<sparse program>", "exec"),
+        {"torch": gw, "np": np, "inputs": INPUTS, "out": out},
+    )  # noqa: S102
 
     def arr(value: Any) -> Any:
         if isinstance(value, gw.Tensor):

@@ -38,7 +38,7 @@ class RpcBackendOptions:
     :class:`TensorPipeRpcBackendOptions`)."""
 
     def __init__(
-        self, rpc_timeout: float = DEFAULT_RPC_TIMEOUT, init_method: str = "env://"
+        self, rpc_timeout: float = DEFAULT_RPC_TIMEOUT, init_method: str | list[str] = "env://"
     ) -> None:
         self.rpc_timeout = rpc_timeout
         self.init_method = init_method
