@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _sparse_kernels as K
+from . import _tensor_scatter  # noqa: F401  (first: the Tensor surface this module extends)
 from ._backend import CPU, Device, device_of, device_scope, module_for, on_self_device, to_device
 from ._ops import binary as B
 from ._ops import reduce as R
