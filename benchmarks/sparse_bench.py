@@ -216,7 +216,10 @@ def _report(
 
         def median_cell(c: str, v: float, k: int = k) -> str:
             per_round = round_medians(c, k)
-            return f"{_ms(v)} ({_ms(min(per_round))}-{_ms(max(per_round))})"
+            short = (
+                f", {len(per_round)} of {ns.rounds} rounds" if len(per_round) < ns.rounds else ""
+            )
+            return f"{_ms(v)} ({_ms(min(per_round))}-{_ms(max(per_round))}{short})"
 
         trainers = f"{k} trainer{'s' if k > 1 else ''}"
         add(
