@@ -105,6 +105,12 @@ def empty_like(coo: SparseCOO) -> SparseCOO:
     return SparseCOO(idx, vals, coo.shape, True)
 
 
+def _where(coo: SparseCOO) -> Any:
+    """The index for ``arr[...]`` of ``coo``'s columns: the row numbers themselves for one
+    sparse dim (which ``ufunc_at`` scatters whole rows for), else one array per dim."""
+    return coo.indices[0] if coo.sparse_dim == 1 else tuple(coo.indices)
+
+
 def _linear(coo: SparseCOO) -> Any:
     xp = _xp(coo)
     sparse_shape = coo.shape[: coo.sparse_dim]
@@ -137,7 +143,7 @@ def to_dense(coo: SparseCOO) -> Any:
     with device_scope(device_of(coo.values)):
         out = xp.zeros(coo.shape, coo.values.dtype)
         if coo.nnz:
-            where = tuple(coo.indices)
+            where = _where(coo)
             if coo.coalesced:
                 out[where] = coo.values
             else:
@@ -184,7 +190,7 @@ def add_into_dense(dense: Any, coo: SparseCOO, alpha: Any = 1) -> None:
         return
     values = coo.values if alpha == 1 else coo.values * alpha
     with device_scope(device_of(dense)):
-        ufunc_at("add", dense, tuple(coo.indices), values.astype(dense.dtype, copy=False))
+        ufunc_at("add", dense, _where(coo), values.astype(dense.dtype, copy=False))
 
 
 def mask(dense: Any, coo: SparseCOO) -> SparseCOO:
