@@ -45,6 +45,6 @@ def test_sparse_steps_on_cuda1_match_the_cpu(name: str) -> None:
             arrays = (value.indices, value.values) if hasattr(value, "nnz") else (value,)
             assert all(a.device.id == 1 for a in arrays), key
     for t, (g, w) in enumerate(zip(got, want)):
-        np.testing.assert_allclose(g, w, rtol=1e-6, err_msg=f"step {t}")
+        np.testing.assert_allclose(g, w, rtol=1e-5, err_msg=f"step {t}")  # summation order differs
     start = np.arange(18, dtype=np.float32).reshape(6, 3) / 7
     np.testing.assert_array_equal(got[-1][[3, 5]], start[[3, 5]])  # never looked up
