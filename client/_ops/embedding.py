@@ -61,6 +61,12 @@ def _row_weights(
     return w[:, None]
 
 
+def _flat_rows(g: Any, indices: Any) -> tuple[Any, Any, Any]:
+    """(array module, the indices flattened, the gradient's rows, one per index)."""
+    data = g._data
+    return array_module(data), indices.reshape(-1), data.reshape(-1, data.shape[-1])
+
+
 class EmbeddingScatter(Op):
     """zeros(num_weights, dim) with rows of ``g`` added at ``indices`` (duplicates accumulate);
     differentiable, so double backward works."""
@@ -73,14 +79,11 @@ class EmbeddingScatter(Op):
         padding_idx: int | None = None,
         scale_grad_by_freq: bool = False,
     ) -> Any:
-        xp = array_module(g._data)
-        dim = g._data.shape[-1]
-        flat = indices.reshape(-1)
-        rows = g._data.reshape(-1, dim)
+        xp, flat, rows = _flat_rows(g, indices)
         scale = _row_weights(xp, flat, num_weights, padding_idx, scale_grad_by_freq, rows.dtype)
         if scale is not None:
             rows = rows * scale
-        out = xp.zeros((num_weights, dim), dtype=g._data.dtype)
+        out = xp.zeros((num_weights, rows.shape[1]), dtype=g._data.dtype)
         ufunc_at("add", out, flat, rows)
         self.save("indices", indices)
         self.save("scale", scale)
@@ -110,10 +113,8 @@ class EmbeddingSparseGrad(Op):
         padding_idx: int | None = None,
         scale_grad_by_freq: bool = False,
     ) -> Any:
-        xp = array_module(g._data)
-        dim = g._data.shape[-1]
-        flat = indices.reshape(-1)
-        rows = g._data.reshape(-1, dim)
+        xp, flat, rows = _flat_rows(g, indices)
+        dim = rows.shape[1]
         scale = _row_weights(xp, flat, num_weights, None, scale_grad_by_freq, rows.dtype)
         self.save("indices", indices)
         self.save("scale", scale)
