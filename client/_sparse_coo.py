@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["SparseCOO", "is_sparse", "unsupported"]
+__all__ = ["SparseCOO", "is_sparse", "is_sparse_tensor", "unsupported"]
 
 
 def unsupported(what: str) -> str:
@@ -100,3 +100,8 @@ class SparseCOO:
 
 def is_sparse(arr: Any) -> bool:
     return type(arr) is SparseCOO
+
+
+def is_sparse_tensor(t: Any) -> bool:
+    """True for a tensor (anything with ``_data``) whose storage is a SparseCOO."""
+    return type(getattr(t, "_data", None)) is SparseCOO

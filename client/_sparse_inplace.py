@@ -7,14 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from . import _sparse_kernels as K
-from ._sparse_coo import SparseCOO, unsupported
+from ._sparse_coo import is_sparse_tensor as _is_sparse
+from ._sparse_coo import unsupported
 from .autograd.grad_mode import _state
 
 __all__ = ["inplace_sparse"]
-
-
-def _is_sparse(t: Any) -> bool:
-    return type(getattr(t, "_data", None)) is SparseCOO
 
 
 def inplace_sparse(self: Any, other: Any, alpha: Any, op: str) -> Any:

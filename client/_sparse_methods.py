@@ -23,10 +23,11 @@ from ._ops import sparse as SP
 from ._ops import unary as U
 from ._ops._base import SPARSE_VARIANTS
 from ._sparse_coo import SparseCOO, unsupported
+from ._sparse_coo import is_sparse_tensor as _is_sparse
 from ._tensor import Tensor
 from .autograd.grad_mode import no_grad
 
-__all__ = ["layout", "strided", "sparse_coo", "sparse_coo_tensor", "is_sparse_tensor"]
+__all__ = ["layout", "strided", "sparse_coo", "sparse_coo_tensor"]
 
 
 class layout:  # noqa: N801 - PyTorch's name (torch.layout)
@@ -47,10 +48,6 @@ class layout:  # noqa: N801 - PyTorch's name (torch.layout)
 
 strided = layout("strided")
 sparse_coo = layout("sparse_coo")
-
-
-def is_sparse_tensor(t: Any) -> bool:
-    return isinstance(t, Tensor) and type(t._data) is SparseCOO
 
 
 def _array(x: Any, device: Device | None, dtype: Any = None) -> Any:
@@ -228,10 +225,6 @@ def sparse_mask(self: Tensor, mask: Tensor) -> Tensor:
 
 
 # ---------------------------------------------------------------------- arithmetic variants
-def _is_sparse(t: Any) -> bool:
-    return isinstance(t, Tensor) and type(t._data) is SparseCOO
-
-
 def _add(a: Tensor, b: Tensor, alpha: Any = 1) -> Tensor:
     if a.shape != b.shape:
         raise RuntimeError(

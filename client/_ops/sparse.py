@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _sparse_kernels as K
+from .._backend import array_module, ufunc_at
 from .._sparse_coo import SparseCOO
 from .._tensor import Tensor
 from ._base import Op
@@ -87,10 +88,7 @@ class Coalesce(_SparseOp):
     """Merging duplicates leaves the tensor's value as it is: the gradient passes through."""
 
     def forward(self, x: Any) -> Any:
-        out = K.coalesce(x._data)
-        if out is x._data:
-            out = SparseCOO(out.indices, out.values.copy(), out.shape, True)
-        return out
+        return K.coalesce(x._data)  # only applied to an uncoalesced tensor: a new one
 
     def backward(self, g: Any) -> Any:
         return g
@@ -187,8 +185,6 @@ class SparseMulDense(_SparseOp):
 
 def _spread(rows: Any, like: Any) -> Any:
     """``rows`` broadcast to the shape of ``like``, as a new array of its dtype."""
-    from .._backend import array_module
-
     return array_module(like).broadcast_to(rows, like.shape).astype(like.dtype)
 
 
@@ -228,8 +224,6 @@ class SparseIndexSelect(_SparseOp):
         return K.index_select(x._data, dim, index)
 
     def backward(self, g: Any) -> Any:
-        from .._backend import array_module, ufunc_at
-
         dim, index = self.saved("dim"), self.saved("index")
         grad = dense_array(g)
         xp = array_module(grad)
