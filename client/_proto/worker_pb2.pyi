@@ -149,7 +149,14 @@ class Payload(_message.Message):
     def __init__(self, pickle_nbytes: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[TensorMeta, _Mapping]]] = ..., rrefs: _Optional[_Iterable[_Union[RRefForkData, _Mapping]]] = ...) -> None: ...
 
 class CallHeader(_message.Message):
-    __slots__ = ("message_id", "caller_id", "kind", "function", "rref_id", "fork_id", "target_rref_id", "autograd", "timeout_seconds")
+    __slots__ = ("message_id", "caller_id", "kind", "function", "rref_id", "fork_id", "target_rref_id", "autograd", "timeout_seconds", "profile", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     CALLER_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -159,6 +166,8 @@ class CallHeader(_message.Message):
     TARGET_RREF_ID_FIELD_NUMBER: _ClassVar[int]
     AUTOGRAD_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     message_id: int
     caller_id: int
     kind: CallKind
@@ -168,23 +177,71 @@ class CallHeader(_message.Message):
     target_rref_id: GloballyUniqueId
     autograd: AutogradMeta
     timeout_seconds: float
-    def __init__(self, message_id: _Optional[int] = ..., caller_id: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., function: _Optional[str] = ..., rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., target_rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+    profile: ProfileRequest
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, message_id: _Optional[int] = ..., caller_id: _Optional[int] = ..., kind: _Optional[_Union[CallKind, str]] = ..., function: _Optional[str] = ..., rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., target_rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., timeout_seconds: _Optional[float] = ..., profile: _Optional[_Union[ProfileRequest, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ReplyHeader(_message.Message):
-    __slots__ = ("message_id", "error", "autograd", "continuation", "remote_ack", "control_response")
+    __slots__ = ("message_id", "error", "autograd", "continuation", "remote_ack", "control_response", "profile")
     MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     AUTOGRAD_FIELD_NUMBER: _ClassVar[int]
     CONTINUATION_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ACK_FIELD_NUMBER: _ClassVar[int]
     CONTROL_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     message_id: int
     error: RemoteException
     autograd: AutogradMeta
     continuation: int
     remote_ack: RemoteAck
     control_response: bytes
-    def __init__(self, message_id: _Optional[int] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., continuation: _Optional[int] = ..., remote_ack: _Optional[_Union[RemoteAck, _Mapping]] = ..., control_response: _Optional[bytes] = ...) -> None: ...
+    profile: ProfileEvents
+    def __init__(self, message_id: _Optional[int] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., continuation: _Optional[int] = ..., remote_ack: _Optional[_Union[RemoteAck, _Mapping]] = ..., control_response: _Optional[bytes] = ..., profile: _Optional[_Union[ProfileEvents, _Mapping]] = ...) -> None: ...
+
+class ProfileRequest(_message.Message):
+    __slots__ = ("record_shapes", "profile_memory")
+    RECORD_SHAPES_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    record_shapes: bool
+    profile_memory: bool
+    def __init__(self, record_shapes: bool = ..., profile_memory: bool = ...) -> None: ...
+
+class Shape(_message.Message):
+    __slots__ = ("dims",)
+    DIMS_FIELD_NUMBER: _ClassVar[int]
+    dims: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, dims: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ProfileEvent(_message.Message):
+    __slots__ = ("name", "start_ns", "end_ns", "thread_id", "input_shapes", "cpu_memory_usage", "node_id", "sequence_nr")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    START_NS_FIELD_NUMBER: _ClassVar[int]
+    END_NS_FIELD_NUMBER: _ClassVar[int]
+    THREAD_ID_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SHAPES_FIELD_NUMBER: _ClassVar[int]
+    CPU_MEMORY_USAGE_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_NR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    start_ns: int
+    end_ns: int
+    thread_id: int
+    input_shapes: _containers.RepeatedCompositeFieldContainer[Shape]
+    cpu_memory_usage: int
+    node_id: int
+    sequence_nr: int
+    def __init__(self, name: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., thread_id: _Optional[int] = ..., input_shapes: _Optional[_Iterable[_Union[Shape, _Mapping]]] = ..., cpu_memory_usage: _Optional[int] = ..., node_id: _Optional[int] = ..., sequence_nr: _Optional[int] = ...) -> None: ...
+
+class ProfileEvents(_message.Message):
+    __slots__ = ("events", "handled_start_ns", "handled_end_ns")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    HANDLED_START_NS_FIELD_NUMBER: _ClassVar[int]
+    HANDLED_END_NS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[ProfileEvent]
+    handled_start_ns: int
+    handled_end_ns: int
+    def __init__(self, events: _Optional[_Iterable[_Union[ProfileEvent, _Mapping]]] = ..., handled_start_ns: _Optional[int] = ..., handled_end_ns: _Optional[int] = ...) -> None: ...
 
 class ControlRequest(_message.Message):
     __slots__ = ("message_id", "method", "request")
@@ -233,16 +290,18 @@ class FrameHeader(_message.Message):
     def __init__(self, call: _Optional[_Union[CallHeader, _Mapping]] = ..., reply: _Optional[_Union[ReplyHeader, _Mapping]] = ..., fetch: _Optional[_Union[FetchHeader, _Mapping]] = ..., gradients: _Optional[_Union[GradientsHeader, _Mapping]] = ..., fetch_request: _Optional[_Union[FetchRequest, _Mapping]] = ..., control: _Optional[_Union[ControlRequest, _Mapping]] = ..., payload: _Optional[_Union[Payload, _Mapping]] = ..., offset: _Optional[int] = ..., last: bool = ...) -> None: ...
 
 class RemoteAck(_message.Message):
-    __slots__ = ("rref_id", "fork_id", "autograd", "error")
+    __slots__ = ("rref_id", "fork_id", "autograd", "error", "profile")
     RREF_ID_FIELD_NUMBER: _ClassVar[int]
     FORK_ID_FIELD_NUMBER: _ClassVar[int]
     AUTOGRAD_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
     rref_id: GloballyUniqueId
     fork_id: GloballyUniqueId
     autograd: AutogradMeta
     error: RemoteException
-    def __init__(self, rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ...) -> None: ...
+    profile: ProfileEvents
+    def __init__(self, rref_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., fork_id: _Optional[_Union[GloballyUniqueId, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., profile: _Optional[_Union[ProfileEvents, _Mapping]] = ...) -> None: ...
 
 class FetchHeader(_message.Message):
     __slots__ = ("rref_id", "error", "autograd", "continuation")
