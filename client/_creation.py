@@ -11,6 +11,7 @@ from ._backend import CPU, Device, device_of, device_scope, module_for, to_devic
 from ._dtypes import get_default_dtype, to_numpy_dtype
 from ._ops import movement as M
 from ._tensor import Tensor
+from .autograd._profiling import traced
 from .autograd.grad_mode import _state
 
 __all__ = [
@@ -156,6 +157,7 @@ def _as_nested(data: Any) -> Any:
     return 0
 
 
+@traced("aten::tensor")
 def tensor(data: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A new tensor that copies ``data`` (nested lists, numbers, arrays or a Tensor).
 
@@ -221,21 +223,25 @@ def _on(dev: Device, arr: Any) -> Any:
     return to_device(arr, dev)
 
 
+@traced("aten::zeros")
 def zeros(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor of zeros of the given shape."""
     return _factory(size, dtype, device, requires_grad, lambda xp, s, d, dev: xp.zeros(s, dtype=d))
 
 
+@traced("aten::ones")
 def ones(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """A tensor of ones of the given shape."""
     return _factory(size, dtype, device, requires_grad, lambda xp, s, d, dev: xp.ones(s, dtype=d))
 
 
+@traced("aten::empty")
 def empty(*size: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
     """An uninitialized tensor of the given shape."""
     return _factory(size, dtype, device, requires_grad, lambda xp, s, d, dev: xp.empty(s, dtype=d))
 
 
+@traced("aten::full")
 def full(
     size: Sequence[int],
     fill_value: Any,
@@ -255,6 +261,7 @@ def full(
     )
 
 
+@traced("aten::rand")
 def rand(
     *size: Any,
     dtype: Any = None,
@@ -274,6 +281,7 @@ def rand(
     )
 
 
+@traced("aten::randn")
 def randn(
     *size: Any,
     dtype: Any = None,
@@ -296,6 +304,7 @@ def randn(
     return _factory(size, dtype, device, requires_grad, make, "randn")
 
 
+@traced("aten::randint")
 def randint(
     low: int,
     high: int | None = None,
@@ -317,6 +326,7 @@ def randint(
     )
 
 
+@traced("aten::arange")
 def arange(
     start: Any,
     end: Any = None,
@@ -343,6 +353,7 @@ def arange(
     return t
 
 
+@traced("aten::linspace")
 def linspace(
     start: float,
     end: float,
@@ -363,6 +374,7 @@ def linspace(
     return t
 
 
+@traced("aten::eye")
 def eye(
     n: int, m: int | None = None, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:
@@ -407,6 +419,7 @@ rand_like = _like(rand)
 randn_like = _like(randn)
 
 
+@traced("aten::full_like")
 def full_like(
     t: Tensor, fill_value: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False
 ) -> Tensor:

@@ -244,6 +244,7 @@ class Compare(Op):
     """A comparison (eq, ne, lt, le, gt, ge): bool output, never differentiable."""
 
     differentiable = False
+    profile_kwarg = "op"  # the profiler names it by its comparison: "aten::gt"
     _FNS = {
         "eq": "equal",
         "ne": "not_equal",

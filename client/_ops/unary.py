@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._backend import array_module, to_device
+from ..autograd._profiling import traced
 from ._base import Op, reduce_grad
 
 __all__ = [
@@ -124,12 +125,18 @@ class Sigmoid(Op):
         return g * (y * (1 - y)).conj()
 
 
+@traced("aten::clamp_min")
+def _clamp_min(data: Any, lo: Any) -> Any:
+    """max(data, lo) in data's dtype: relu's kernel (as in PyTorch, where aten::relu runs
+    aten::clamp_min, and the profiler shows both)."""
+    return array_module(data).maximum(data, lo).astype(data.dtype, copy=False)
+
+
 class Relu(Op):
     save_output = "result"
 
     def forward(self, x: Any) -> Any:
-        xp = array_module(x._data)
-        return xp.maximum(x._data, 0).astype(x._data.dtype, copy=False)
+        return _clamp_min(x._data, 0)
 
     def backward(self, g: Any) -> Any:
         return g * (self.saved("result") > 0)

@@ -36,6 +36,7 @@ import grpc
 
 from .._proto import worker_pb2 as pb
 from .._wire import guard
+from ..autograd import _profiling
 from .._wire.policy import unreviewed_numpy
 from ..errors import (
     AuthenticationError,
@@ -129,6 +130,17 @@ def current_or_none() -> Agent | None:
 
 
 _was_shut_down = False
+
+
+def _node_id() -> int:
+    """The rank profiler events are stamped with: this worker's, -1 without RPC (PyTorch's)."""
+    agent = _current
+    if agent is None or agent.state not in (AgentState.RUNNING, AgentState.SHUTTING_DOWN):
+        return -1
+    return agent.rank
+
+
+_profiling.set_node_id(_node_id)
 
 
 def set_current(agent: Agent | None, *, after_shutdown: bool = True) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from . import graph
+from . import graph, profiler, profiler_legacy
 from .anomaly_mode import (
     detect_anomaly,
     is_anomaly_check_nan_enabled,
@@ -51,7 +51,15 @@ __all__ = [
     "is_anomaly_check_nan_enabled",
     "set_multithreading_enabled",
     "is_multithreading_enabled",
+    "profiler",
 ]
+
+
+def _profiler_enabled() -> bool:
+    """Whether this thread records into a profile (PyTorch's private helper)."""
+    from . import _profiling
+
+    return _profiling.current() is not None
 
 
 def _as_list(x: Any) -> list[Any]:

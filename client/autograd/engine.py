@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from .._backend import device_scope_of
 from .._sparse_coo import SparseCOO
+from . import _profiling
 from .anomaly_mode import _anomaly, run_backward
 from .grad_mode import set_grad_enabled
 from .graph import AccumulateGrad, Node
@@ -274,6 +275,20 @@ def _call_pre_hooks(node: Node, grads: list[Any]) -> list[Any]:
 
 
 def _run_node(task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any) -> tuple[Any, ...]:
+    if _profiling.active:  # one global test while no one profiles
+        rec = _profiling.current()
+        if rec is not None:
+            ev = rec.begin(f"autograd::engine::evaluate_function: {node.name()}", kind="backward")
+            try:
+                return _run_node_on_device(task, node, grads, leaf_sink)
+            finally:
+                rec.end(ev)
+    return _run_node_on_device(task, node, grads, leaf_sink)
+
+
+def _run_node_on_device(
+    task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any
+) -> tuple[Any, ...]:
     scope = device_scope_of(grads)
     if scope is None:
         return _run_node_here(task, node, grads, leaf_sink)

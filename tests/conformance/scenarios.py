@@ -897,3 +897,101 @@ def rrefs_owned_here() -> list[Any]:
         step(from_a_user),
         step(mine.is_owner),
     ]
+
+
+# -- the profiler: RPC events, their remote events and their nesting -------------------------------
+
+#: Ops of ``profiled_udf`` that both profilers name alike (PyTorch records more inner ops).
+PROFILED_OPS = ("aten::add", "aten::mul", "aten::ones", "aten::relu", "aten::sigmoid")
+REMOTE_OP = "#remote_op: "
+
+
+def profiled_udf() -> Any:
+    t = FW.torch
+    x = t.add(t.ones(1), t.ones(1))
+    return t.mul(x, x).relu().sigmoid()
+
+
+def _profiler() -> Any:
+    return importlib.import_module(f"{FW.name}.autograd.profiler")
+
+
+def _legacy_profile() -> Any:
+    """The profile that records RPCs: PyTorch's default (Kineto) profiler does not (its RPC
+    tests use ``profiler_legacy``); gradwire's one profiler does either way."""
+    return importlib.import_module(f"{FW.name}.autograd.profiler_legacy").profile
+
+
+def _profiled_call(verb: str, to: str, fn: Any, args: tuple[Any, ...] = ()) -> Any:
+    """The function events of one call made under the profiler, inside record_function."""
+    rpc, profiler = FW.rpc, _profiler()
+    with _legacy_profile()() as prof:
+        with profiler.record_function("outer"):
+            if verb == "sync":
+                rpc.rpc_sync(to, fn, args)
+            elif verb == "async":
+                rpc.rpc_async(to, fn, args).wait()
+            else:
+                rref = rpc.remote(to, fn, args)
+                rref.to_here()
+                rref._get_profiling_future().wait()
+    return prof.function_events
+
+
+def _rpc_outcome(events: Any) -> list[Any]:
+    """[the calls' event names, their count attribute and worker, whether "outer" holds the
+    call, the ops of PROFILED_OPS the callee sent back, their workers, the number of ones]"""
+    calls = [e for e in events if not e.is_remote and e.name.startswith("rpc_")]
+    outer = next(e for e in events if e.name == "outer")
+    key = calls[0].name + REMOTE_OP
+    remote = [e for e in events if e.is_remote and e.name.startswith(key)]
+    ops = sorted({e.name[len(key) :] for e in remote} & set(PROFILED_OPS))
+    inside = (
+        outer.time_range.start <= calls[0].time_range.start
+        and calls[0].time_range.end <= outer.time_range.end
+    )
+    return [
+        [e.name for e in calls],
+        [calls[0].count, calls[0].node_id],
+        inside,
+        ops,
+        sorted({e.node_id for e in remote if e.name[len(key) :] in PROFILED_OPS}),
+        sum(1 for e in remote if e.name == key + "aten::ones"),
+    ]
+
+
+def _udf_outcome(verb: str) -> list[Any]:
+    return [f"rpc_{verb}#profiled_udf(worker0 -> worker1)"], [1, 0], True, list(PROFILED_OPS), [1], 2
+
+
+@scenario(
+    list(_udf_outcome("sync")), list(_udf_outcome("async")), list(_udf_outcome("remote"))
+)
+def profiler_rpc_events() -> list[Any]:
+    return [
+        step(lambda: _rpc_outcome(_profiled_call(verb, "worker1", profiled_udf)))
+        for verb in ("sync", "async", "remote")
+    ]
+
+
+def _nested_outcome(events: Any) -> list[Any]:
+    """The nested call of async_add on worker1 (to worker2) and its add, as remote events."""
+    key = "rpc_async#_async_add(worker0 -> worker1)" + REMOTE_OP
+    nested = key + "rpc_async#add(worker1 -> worker2)"
+    return [
+        [e.node_id for e in events if e.is_remote and e.name == nested],
+        [e.node_id for e in events if e.is_remote and e.name == nested + REMOTE_OP + "aten::add"],
+    ]
+
+
+@scenario([[1], [2]], {"tensor": [30.0]})
+def profiler_nested_async_calls() -> list[Any]:
+    t = FW.torch
+    return [
+        step(
+            lambda: _nested_outcome(
+                _profiled_call("async", "worker1", async_add, ("worker2", t.ones(1), t.ones(2)[:1] * 2))
+            )
+        ),
+        step(lambda: FW.rpc.rpc_sync("worker1", async_add, ("worker2", t.ones(1), t.ones(1) * 2))),
+    ]

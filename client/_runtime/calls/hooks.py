@@ -25,7 +25,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..._proto import worker_pb2 as pb
+from ...autograd import _profiling
 from ...futures import Future
+from . import profiling
 
 __all__ = [
     "CallHook",
@@ -116,8 +118,14 @@ def unregister(hook: CallHook) -> None:
 def needed(call: pb.CallHeader) -> bool:
     """Whether a message with no tensors that belongs to ``call`` must go through
     ``recv_call``, ``scope``, ``send_reply`` and ``recv_reply``: its call carries an autograd
-    context, or a hook that sees every call is registered."""
-    return _every_call or call.HasField("autograd")
+    context or asks for the callee's profile, a hook that sees every call is registered, or
+    something in this process profiles (``gradwire.autograd.profiler``)."""
+    return (
+        _every_call
+        or _profiling.active > 0
+        or call.HasField("autograd")
+        or call.HasField("profile")
+    )
 
 
 def registered() -> tuple[CallHook, ...]:
@@ -126,6 +134,8 @@ def registered() -> tuple[CallHook, ...]:
 
 
 def send_call(header: pb.CallHeader, tensors: Sequence[Any], peer: int) -> None:
+    if _profiling.active:  # the verb's profile stamps its call
+        profiling.on_send_call(header, peer)
     for h in _hooks:
         h.on_send_call(header, tensors, peer)
 
@@ -140,11 +150,15 @@ def send_reply(
 ) -> None:
     for h in _hooks:
         h.on_send_reply(call, header, tensors, peer)
+    if profiling.serving:  # a profiled call's events travel back with its reply
+        profiling.on_send_reply(call, header, peer)
 
 
 def recv_reply(
     call: pb.CallHeader, header: pb.ReplyHeader, tensors: Sequence[Any], peer: int
 ) -> None:
+    if profiling.awaiting:
+        profiling.on_recv_reply(call, header, peer)
     for h in _hooks:
         h.on_recv_reply(call, header, tensors, peer)
 
@@ -155,11 +169,26 @@ def call_started(call: pb.CallHeader, peer: int, done: Future[Any], deadline: fl
 
 
 def scope(call: pb.CallHeader, peer: int) -> contextlib.AbstractContextManager[Any]:
-    """Enter every hook's ``scope`` around a user function on the callee."""
+    """Enter every hook's ``scope`` around a user function on the callee (and the profiler's
+    when the call asks for its events or this worker profiles)."""
     hooks = _hooks
+    if _profiling.active or call.HasField("profile"):
+        return _scopes((*hooks, _PROFILE_SCOPE), call, peer)
     if len(hooks) == 1:  # the usual case (distributed autograd): no stack to build per call
         return hooks[0].scope(call, peer)
     return _scopes(hooks, call, peer)
+
+
+class _ProfileScope(CallHook):
+    """The profiler's part of ``scope`` (never registered: ``scope`` adds it when needed)."""
+
+    context_only = True
+
+    def scope(self, call: pb.CallHeader, peer: int) -> contextlib.AbstractContextManager[Any]:
+        return profiling.serve_scope(call, peer)
+
+
+_PROFILE_SCOPE = _ProfileScope()
 
 
 @contextlib.contextmanager

@@ -204,6 +204,8 @@ class RRefCalls:
         reply = pb.ReplyHeader(message_id=call.message_id)
         if ack.HasField("autograd"):
             reply.autograd.CopyFrom(ack.autograd)
+        if ack.HasField("profile"):
+            reply.profile.CopyFrom(ack.profile)
         hooks.recv_reply(call, reply, [], peer.id)
         if ack.HasField("error"):
             creation.future.set_result(Failure(decode_exception(ack.error, me.policy, me.name)))
@@ -270,6 +272,8 @@ class RRefCalls:
                 hooks.send_reply(call, reply, [], caller_id)
                 if reply.HasField("autograd"):
                     ack.autograd.CopyFrom(reply.autograd)
+                if reply.HasField("profile"):
+                    ack.profile.CopyFrom(reply.profile)
                 value = slot.wait(0) if slot is not None else None
                 if isinstance(value, Failure):
                     ack.error.CopyFrom(encode_exception(value.fresh(), svc.ctx.name))

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from ..._runtime import agent as _agent
+from ..._runtime.calls import profiling as _profiling
 from ..._runtime.cluster.options import (
     UNSET_RPC_TIMEOUT,
     BackendType,
@@ -242,9 +243,26 @@ def _invoke(
     agent = _agent.current(verb)
     peer = agent.resolve(to)
     _check_args(verb, args, kwargs)
-    return agent.caller.call(
-        peer, func, tuple(args or ()), dict(kwargs or {}), agent.timeout_of(timeout), blocking
-    )
+    prof = _profiling.begin("sync" if blocking else "async", func, agent.name, peer.name)
+    if prof is None:
+        return agent.caller.call(
+            peer, func, tuple(args or ()), dict(kwargs or {}), agent.timeout_of(timeout), blocking
+        )
+    try:
+        with _profiling.sending(prof):
+            fut = agent.caller.call(
+                peer,
+                func,
+                tuple(args or ()),
+                dict(kwargs or {}),
+                agent.timeout_of(timeout),
+                blocking,
+            )
+    except BaseException:
+        prof.finish()
+        raise
+    fut.add_done_callback(prof.finish)  # the event ends when the call does, not when it returns
+    return fut
 
 
 def rpc_sync(
@@ -336,9 +354,21 @@ def remote(
     _check_args("remote()", args, kwargs)
     seconds = agent.timeout_of(timeout)
     args, kwargs = tuple(args or ()), dict(kwargs or {})
-    if peer.id == agent.rank:
-        return RRef._wrap(agent.rref, agent.rref.calls.remote_to_self(func, args, kwargs))
-    handle, creation = agent.rref.calls.remote(peer, func, args, kwargs, seconds)
+    prof = _profiling.begin("remote", func, agent.name, peer.name)
+    try:
+        if peer.id == agent.rank:
+            handle = agent.rref.calls.remote_to_self(func, args, kwargs)
+            if prof is not None and handle.value is not None:
+                handle.value.add_done_callback(prof.finish)  # ends once the value is made
+            return RRef._wrap(agent.rref, handle)
+        with _profiling.sending(prof):
+            handle, creation = agent.rref.calls.remote(peer, func, args, kwargs, seconds)
+    except BaseException:
+        if prof is not None:
+            prof.finish()
+        raise
+    if prof is not None:  # the event ends when the owner acknowledged the creation
+        creation.future.add_done_callback(prof.finish)
     return RRef._wrap(agent.rref, handle, creation)
 
 

@@ -20,6 +20,7 @@ from collections import namedtuple
 from typing import Any
 
 from ..._runtime import agent as _agent
+from ..._runtime.calls.profiling import rpc_key
 from ..._tensor import Tensor
 from ..._wire import guard, integrity
 from ..._wire.pickler import PROTOCOL, integrity_refusal, resolve_global
@@ -30,6 +31,7 @@ from .rref import RRef
 __all__ = [
     "RPCExecMode",
     "PythonUDF",
+    "_build_rpc_profiling_key",
     "_internal_rpc_pickler",
     "_InternalRPCPickler",
     "serialize",
@@ -44,6 +46,14 @@ class RPCExecMode(enum.Enum):
     ASYNC = "async"
     ASYNC_JIT = "async_jit"
     REMOTE = "remote"
+
+
+def _build_rpc_profiling_key(
+    exec_type: RPCExecMode, func_name: str, current_worker_name: str, dst_worker_name: str
+) -> str:
+    """PyTorch's profiling key of an RPC: ``rpc_{mode}#{function}({src} -> {dst})``, the name
+    of its event in ``gradwire.autograd.profiler``."""
+    return rpc_key(exec_type.value, func_name, current_worker_name, dst_worker_name)
 
 
 #: A Python call: the function, its positional and its keyword arguments (PyTorch's record).

@@ -206,6 +206,19 @@ class RRef(Generic[T]):
             slot.add_done_callback(lambda s: _settle_from_slot(out, s, lambda _value: None))
         return out
 
+    def _get_profiling_future(self) -> Future[None]:
+        """PyTorch's private ``RRef._get_profiling_future``: a Future that completes once the
+        profiler recorded the creation of this RRef (its ``rpc_remote#...`` event and the
+        owner's events), completed with None whatever the creation's outcome.
+
+        Raises:
+            RRefError: used after shutdown.
+        """
+        created = self._get_future()
+        out: Future[None] = Future()
+        created.add_done_callback(lambda _f: out.set_result(None))
+        return out
+
     def confirmed_by_owner(self) -> bool:
         """Whether the owner knows this reference (always True on the owner).
 

@@ -1,0 +1,227 @@
+"""Profiling of calls: the caller's event for each RPC, and the callee's events sent back.
+
+The public verbs open a :class:`CallProfile` when their thread records into a profile
+(``gradwire.autograd.profiler``): an event named with PyTorch's key,
+``rpc_async#fn(worker0 -> worker1)``, that ends when the call's future completes. The call's
+header then carries ``CallHeader.profile``; the callee records what the call runs into a
+recorder of its own (``serve_scope``), keeps it open until the reply is encoded (an
+``@async_execution`` function's nested calls included) and sends its events back in the reply's
+``profile``. The caller adds them to its profile as remote events, named
+``<key>#remote_op: <event>`` and stamped with the callee's rank.
+
+In a cluster profile (every worker records process-wide) no events travel: each worker keeps
+its own, and a call's event and its serving share a flow id (caller rank, message id), which the
+merged trace draws as an arrow.
+
+The hooks module calls in here (``on_send_call``, ``on_recv_reply``, ``serve_scope``,
+``on_send_reply``) only while something profiles, or for a call whose header asks.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ..._proto import worker_pb2 as pb
+from ...autograd import _profiling
+from ...futures import Future
+
+__all__ = [
+    "REMOTE_OP",
+    "rpc_key",
+    "function_key",
+    "CallProfile",
+    "begin",
+    "sending",
+    "awaiting",
+    "serving",
+    "on_send_call",
+    "on_recv_reply",
+    "serve_scope",
+    "on_send_reply",
+    "to_proto",
+]
+
+#: What joins a call's key and the name of an event its callee recorded (PyTorch's string).
+REMOTE_OP = "#remote_op: "
+#: Callee recorders kept for replies not sent yet; a call that fails drops its own, this
+#: bound keeps a stream of failures from growing the table.
+_SERVING_LIMIT = 4096
+
+_tls = threading.local()
+_lock = threading.Lock()
+#: (callee id, message id) -> the caller's profile of a call that asked for remote events.
+awaiting: dict[tuple[int, int], CallProfile] = {}
+#: (caller id, message id) -> (recorder, handling start) of a profiled call being served.
+serving: collections.OrderedDict[tuple[int, int], tuple[_profiling.Recorder, int]] = (
+    collections.OrderedDict()
+)
+
+
+def rpc_key(verb: str, function: str, src: str, dst: str) -> str:
+    """PyTorch's RPC profiling key: ``rpc_{verb}#{function}({src} -> {dst})``."""
+    return f"rpc_{verb}#{function}({src} -> {dst})"
+
+
+def function_key(fn: Any) -> str:
+    """How a call's function is named in its key: ``aten::<name>`` for a gradwire tensor
+    function (PyTorch names its builtins so), else the function's ``__qualname__``."""
+    module = getattr(fn, "__module__", None) or ""
+    name = getattr(fn, "__name__", None)
+    if name and module.startswith("gradwire"):
+        import gradwire
+
+        if getattr(gradwire, name, None) is fn:
+            return f"aten::{name}"
+    return str(getattr(fn, "__qualname__", None) or name or repr(fn))
+
+
+class CallProfile:
+    """The caller's event of one profiled RPC (see the module docstring)."""
+
+    def __init__(self, rec: _profiling.Recorder, key: str, event: _profiling.Event) -> None:
+        self.rec = rec
+        self.key = key
+        self.event = event
+        self.ask = rec is not _profiling.process_recorder()  # a cluster profile asks nothing
+        self.peer = -1
+        self.message_id = -1
+        self.ended: Future[None] = Future()
+
+    def finish(self, _: Any = None) -> None:
+        """End the event (the call's future completed); idempotent."""
+        if self.event.end_ns:
+            return
+        with _lock:
+            awaiting.pop((self.peer, self.message_id), None)
+        self.rec.end(self.event)
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    def take(self, got: pb.ProfileEvents) -> None:
+        """Add the callee's events, placed within this call's interval on this clock."""
+        start, now = self.event.start_ns, _profiling.now_ns()
+        lo, hi = got.handled_start_ns, got.handled_end_ns
+        shift = 0
+        if not (start <= lo <= hi <= now):  # not one clock (another host): centre them
+            shift = start + ((now - start) - (hi - lo)) // 2 - lo
+        prefix = self.key + REMOTE_OP
+        for p in got.events:
+            ev = _profiling.Event(prefix + p.name, "op", p.start_ns + shift)
+            ev.end_ns = p.end_ns + shift
+            ev.thread = p.thread_id
+            ev.node_id = p.node_id
+            ev.input_shapes = [list(s.dims) for s in p.input_shapes]
+            ev.cpu_memory_usage = p.cpu_memory_usage
+            ev.sequence_nr = p.sequence_nr
+            ev.is_remote = True
+            self.rec.add(ev)
+
+
+def begin(verb: str, fn: Any, src: str, dst: str) -> CallProfile | None:
+    """The profile of a call about to be made from this thread, or None when it records
+    nothing (the usual case: one global test)."""
+    if not _profiling.active:
+        return None
+    rec = _profiling.current()
+    if rec is None:
+        return None
+    key = rpc_key(verb, function_key(fn), src, dst)
+    return CallProfile(rec, key, rec.begin(key, kind="rpc"))
+
+
+@contextlib.contextmanager
+def sending(prof: CallProfile | None) -> Iterator[None]:
+    """While the verb encodes and sends its call: ``on_send_call`` stamps it with ``prof``."""
+    if prof is None:
+        yield
+        return
+    prev = getattr(_tls, "pending", None)
+    _tls.pending = prof
+    try:
+        yield
+    finally:
+        _tls.pending = prev
+
+
+def on_send_call(header: pb.CallHeader, peer: int) -> None:
+    """A call leaves: stamp it with this thread's pending profile (once)."""
+    prof: CallProfile | None = getattr(_tls, "pending", None)
+    if prof is None or prof.message_id != -1:
+        return
+    prof.peer, prof.message_id = peer, header.message_id
+    prof.event.flow = (header.caller_id, header.message_id)
+    if prof.ask:
+        rec = prof.rec
+        header.profile.record_shapes = rec.record_shapes
+        header.profile.profile_memory = rec.profile_memory
+        with _lock:
+            awaiting[(peer, header.message_id)] = prof
+
+
+def on_recv_reply(call: pb.CallHeader, reply: Any, peer: int) -> None:
+    """A reply arrived (before the caller's future completes): take the callee's events."""
+    with _lock:
+        prof = awaiting.pop((peer, call.message_id), None)
+    if prof is not None and reply.HasField("profile"):
+        prof.take(reply.profile)
+
+
+@contextlib.contextmanager
+def serve_scope(call: pb.CallHeader, peer: int) -> Iterator[None]:
+    """Around a served call's function: record into the call's own recorder when its header
+    asks, else a serve event into this worker's cluster profile, if one records."""
+    if call.HasField("profile"):
+        rec = _profiling.Recorder(call.profile.record_shapes, call.profile.profile_memory)
+        with _lock:
+            serving[(peer, call.message_id)] = (rec, _profiling.now_ns())
+            while len(serving) > _SERVING_LIMIT:
+                serving.popitem(last=False)
+        prev = _profiling.push(rec)
+        try:
+            yield
+        finally:
+            _profiling.pop(prev)
+        return
+    rec_or_none = _profiling.process_recorder()
+    if rec_or_none is None:
+        yield
+        return
+    ev = rec_or_none.begin(f"serve#{call.function}", kind="serve")
+    ev.flow = (call.caller_id, call.message_id)
+    try:
+        yield
+    finally:
+        rec_or_none.end(ev)
+
+
+def on_send_reply(call: pb.CallHeader, header: Any, peer: int) -> None:
+    """The reply to a profiled call is encoded: put the call's events in it."""
+    with _lock:
+        entry = serving.pop((peer, call.message_id), None)
+    if entry is not None:
+        rec, started = entry
+        header.profile.CopyFrom(to_proto(rec, started))
+
+
+def to_proto(rec: _profiling.Recorder, started: int) -> pb.ProfileEvents:
+    """The ended events of ``rec`` for a reply (handled from ``started`` until now)."""
+    out = pb.ProfileEvents(handled_start_ns=started, handled_end_ns=_profiling.now_ns())
+    for ev in list(rec.events):
+        if not ev.end_ns:
+            continue
+        p = out.events.add(
+            name=ev.name,
+            start_ns=ev.start_ns,
+            end_ns=ev.end_ns,
+            thread_id=ev.thread & 0x7FFF_FFFF_FFFF_FFFF,
+            cpu_memory_usage=ev.cpu_memory_usage,
+            node_id=ev.node_id,
+            sequence_nr=ev.sequence_nr,
+        )
+        for shape in ev.input_shapes:
+            p.input_shapes.add(dims=shape)
+    return out
