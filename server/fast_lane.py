@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
+from gradwire import _traffic
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
 from gradwire._runtime.transport.bulk_lane import LaneStatus
@@ -125,6 +126,8 @@ class _Lane:
                     raw = next(requests, None)
                     if raw is None:  # the caller closed the stream
                         return
+                    if _traffic.counts is not None:
+                        _traffic.received(_traffic.FAST_LANE, len(raw))
                     frame = _decode(raw)
                     self._check(frame, context)
                     ready = self._ready_fetch(frame, caller)
@@ -329,16 +332,23 @@ def _guarded_stream(agent: Any, lane: _Lane) -> Callable[[Iterator[bytes], Any],
 
 
 def _handlers(agent: Any, lane: _Lane) -> dict[str, grpc.RpcMethodHandler]:
-    def ser(m: Any) -> bytes:
+    # Their bytes count as the fast-lane route while metrics are on (gradwire._traffic).
+    def serialize(m: Any) -> bytes:
         return m.SerializeToString()
 
+    ser = _traffic.counting_encoder(_traffic.FAST_LANE, serialize)
+    frames_in = _traffic.counting_decoder(_traffic.FAST_LANE, _decode)
+    frames_out = _traffic.counting_encoder(_traffic.FAST_LANE, encode_frame)
     methods: dict[str, tuple[Any, Any, Any]] = {
-        "Call": (lane.call, _decode, encode_frame),
-        "Gradients": (lane.gradients, _decode, ser),
+        "Call": (lane.call, frames_in, frames_out),
+        "Gradients": (lane.gradients, frames_in, ser),
     }
     for method in FAST_LANE_CONTROL:
         cls = CONTROL_REQUESTS[method]
-        methods[method] = (lane.control(method), lenient(cls.FromString, cls.DESCRIPTOR.name), ser)
+        decode = _traffic.counting_decoder(
+            _traffic.FAST_LANE, lenient(cls.FromString, cls.DESCRIPTOR.name)
+        )
+        methods[method] = (lane.control(method), decode, ser)
     # No request deserializer: gRPC would run it before the handler, so before the token check.
     handlers = {
         method: grpc.unary_unary_rpc_method_handler(
@@ -347,7 +357,7 @@ def _handlers(agent: Any, lane: _Lane) -> dict[str, grpc.RpcMethodHandler]:
         for method, (behavior, decode, serialize) in methods.items()
     }
     handlers["CallStream"] = grpc.stream_stream_rpc_method_handler(
-        _guarded_stream(agent, lane), response_serializer=encode_frame
+        _guarded_stream(agent, lane), response_serializer=frames_out
     )
     return handlers
 

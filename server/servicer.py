@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import grpc
+from gradwire import _traffic
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
 from gradwire._runtime.calls.callee import Reply, until_done
@@ -288,6 +289,8 @@ class WorkerServicer:
             while True:
                 out = await replies.take()
                 for batch in split_batches(out):  # each within gRPC's message limit
+                    if _traffic.counts is not None:
+                        _traffic.sent(_traffic.GRPC, len(batch))
                     yield batch
                 if reader.done() and replies.idle():
                     break
@@ -701,6 +704,8 @@ def _pipe_frames(batch: bytes) -> list[Frame]:
     Raises:
         SerializationError: the batch or one of its frames does not parse.
     """
+    if _traffic.counts is not None:
+        _traffic.received(_traffic.GRPC, len(batch))
     try:
         return [decode_frame(raw) for raw in unpack_batch(batch)]  # type: ignore[arg-type]
     except SerializationError:
@@ -723,10 +728,14 @@ async def _checked(frames: AsyncIterator[Any]) -> AsyncIterator[Frame]:
 
 def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
     """The generic handler of gradwire.v1.Worker with frame (de)serializers."""
-    f_in, f_out = lenient(decode_frame, "frame"), encode_frame
+    # Their bytes count as the gRPC route while metrics are on (gradwire._traffic).
+    f_in = _traffic.counting_decoder(_traffic.GRPC, lenient(decode_frame, "frame"))
+    f_out = _traffic.counting_encoder(_traffic.GRPC, encode_frame)
 
-    def ser(m: Any) -> bytes:
+    def serialize(m: Any) -> bytes:
         return m.SerializeToString()
+
+    ser = _traffic.counting_encoder(_traffic.GRPC, serialize)
 
     def unary(fn: Any) -> Any:
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -744,7 +753,9 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
         return handle
 
     def de(cls: Any) -> Any:
-        return lenient(cls.FromString, cls.DESCRIPTOR.name)
+        return _traffic.counting_decoder(
+            _traffic.GRPC, lenient(cls.FromString, cls.DESCRIPTOR.name)
+        )
 
     def unary_control(method: str, req: Any) -> grpc.RpcMethodHandler:
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -318,6 +318,7 @@ class Agent:
         self.liveness = Liveness(ctx, self.transport, events, control)
         self.shm_routes = ShmRoutes(ctx, events)
         self.transport.fallback_of = self._fast_lane_fallback
+        self.transport.is_fast_lane = self._is_fast_lane
         self.membership = Membership(ctx, self.transport, events, control)
         for handlers in (self.rref.handlers, self.autograd.handlers, self.membership.handlers):
             for method, handler in handlers.items():
@@ -352,6 +353,10 @@ class Agent:
             if peer.call_dial == address and peer.dial != address:
                 return peer.dial
         return ""
+
+    def _is_fast_lane(self, address: str) -> bool:
+        """Whether ``address`` is a peer's fast lane (its own server, not its main one)."""
+        return any(p.call_dial == address != p.dial for p in list(self.by_name.values()))
 
     def _serving(self) -> bool:
         return self.events.state not in (AgentState.SHUTDOWN, AgentState.UNINITIALIZED)

@@ -318,6 +318,31 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         _seconds,
         0.0,
     ),
+    Setting(
+        "metrics_port",
+        "--metrics-port",
+        "GRADWIRE_METRICS_PORT",
+        "serve Prometheus metrics over HTTP on this port (off when not given; needs the "
+        "observability extra; docs/observability.md)",
+        _port_or_any,
+        metavar="PORT",
+    ),
+    Setting(
+        "metrics_host",
+        "--metrics-host",
+        "GRADWIRE_METRICS_HOST",
+        "address the metrics server binds (default: the host of --listen)",
+        metavar="HOST",
+    ),
+    Setting(
+        "tracing",
+        "--tracing",
+        "GRADWIRE_TRACING",
+        "make an OpenTelemetry span of every call, to the tracer provider the process has "
+        "(e.g. under opentelemetry-instrument; needs the observability extra)",
+        kind="bool",
+        default=False,
+    ),
 )
 
 WORKER_SETTINGS = JOIN_SETTINGS + SERVE_SETTINGS

@@ -156,9 +156,13 @@ class Caller:
                 self._dest[call.message_id] = peer.id
                 if shared:
                     self._shm_sent[call.message_id] = shared
-            if call.HasField("autograd"):  # made in a dist autograd context: it tracks the answer
+            if hooks.needed(call):  # a dist autograd context, or metrics: they track the answer
                 hooks.call_started(
-                    call, peer.id, fut, time.monotonic() + timeout if timeout else None
+                    call,
+                    peer.id,
+                    fut,
+                    time.monotonic() + timeout if timeout else None,
+                    "rpc_sync" if blocking else "rpc_async",
                 )
             if ctx is None:  # plain arguments: already one whole frame
                 single, frame = True, Frame(first, buffers)

@@ -82,12 +82,20 @@ class CallHook:
         """After a reply to ``call`` is decoded, before the caller's future completes."""
 
     def on_call_started(
-        self, call: pb.CallHeader, peer: int, done: Future[Any], deadline: float | None
+        self,
+        call: pb.CallHeader,
+        peer: int,
+        done: Future[Any],
+        deadline: float | None,
+        verb: str,
     ) -> None:
-        """After ``call`` left (only for a call that carries an autograd context, as a
-        hook stamped it in ``on_send_call``): ``done`` completes after
-        ``on_recv_reply`` of its answer, or with the call's error; ``deadline`` is the
-        ``time.monotonic()`` at which the call times out (None: never)."""
+        """After ``call`` left (for a call that carries an autograd context, as a hook
+        stamped it in ``on_send_call``; for every ``rpc_sync``, ``rpc_async`` and ``remote``
+        call when a hook that sees every call is registered, see :func:`needed`): ``done``
+        completes after ``on_recv_reply`` of its answer, or with the call's error;
+        ``deadline`` is the ``time.monotonic()`` at which the call times out (None: never);
+        ``verb`` is ``"rpc_sync"``, ``"rpc_async"`` or ``"remote"``. Runs on the thread that
+        called :meth:`on_send_call` for ``call``, right after it."""
 
 
 _hooks: tuple[CallHook, ...] = ()
@@ -117,9 +125,10 @@ def unregister(hook: CallHook) -> None:
 
 def needed(call: pb.CallHeader) -> bool:
     """Whether a message with no tensors that belongs to ``call`` must go through
-    ``recv_call``, ``scope``, ``send_reply`` and ``recv_reply``: its call carries an autograd
-    context or asks for the callee's profile, a hook that sees every call is registered, or
-    something in this process profiles (``gradwire.autograd.profiler``)."""
+    ``recv_call``, ``scope``, ``send_reply`` and ``recv_reply`` (and a call through
+    ``call_started``): its call carries an autograd context or asks for the callee's profile,
+    a hook that sees every call is registered (metrics, tracing: ``gradwire.observability``),
+    or something in this process profiles (``gradwire.autograd.profiler``)."""
     return (
         _every_call
         or _profiling.active > 0
@@ -163,9 +172,11 @@ def recv_reply(
         h.on_recv_reply(call, header, tensors, peer)
 
 
-def call_started(call: pb.CallHeader, peer: int, done: Future[Any], deadline: float | None) -> None:
+def call_started(
+    call: pb.CallHeader, peer: int, done: Future[Any], deadline: float | None, verb: str
+) -> None:
     for h in _hooks:
-        h.on_call_started(call, peer, done, deadline)
+        h.on_call_started(call, peer, done, deadline, verb)
 
 
 def scope(call: pb.CallHeader, peer: int) -> contextlib.AbstractContextManager[Any]:

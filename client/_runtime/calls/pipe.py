@@ -32,6 +32,7 @@ from typing import Any
 
 import grpc
 
+from ... import _traffic
 from ..._wire.framing import (
     BATCH_BYTES,
     Frame,
@@ -239,6 +240,8 @@ class Pipe(_Calls):
         failure: grpc.RpcError
         try:
             for batch in self._replies:
+                if _traffic.counts is not None:
+                    _traffic.received(_traffic.GRPC, len(batch))
                 for raw in unpack_batch(batch):
                     frame = decode_frame(raw)  # type: ignore[arg-type]
                     self._answer(frame.header.reply.message_id, frame, None)
@@ -411,6 +414,8 @@ class CorePipe(_Calls):
             return
         with self._lock:
             self._operate_locked((streams.cygrpc.ReceiveMessageOperation(0),), _RECEIVE)
+        if _traffic.counts is not None:
+            _traffic.received(_traffic.GRPC, len(batch))
         for raw in unpack_batch(batch):
             frame = decode_frame(raw)  # type: ignore[arg-type]
             self._answer(frame.header.reply.message_id, frame, None)

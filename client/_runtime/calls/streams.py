@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from ... import _traffic
 from ..._wire.framing import Frame, decode_frame, encode_frame
 
 __all__ = [
@@ -390,7 +391,9 @@ class Streams:
         watchdog: Watchdog,
         core: bool | None = None,
         on_stuck: Callable[[], None] | None = None,
+        route: str = _traffic.GRPC,
     ) -> None:
+        self._route = route  # what its bytes count as (gradwire._traffic), metrics on
         core_channel = getattr(channel, "_channel", None)
         if core is None:
             core = CORE_CALL_API
@@ -418,11 +421,15 @@ class Streams:
         if timeout is not None:
             self._watchdog.arm(stream, time.monotonic() + timeout)
         try:
-            reply = stream.exchange(encode_frame(frame))
+            request = encode_frame(frame)
+            reply = stream.exchange(request)
         except BaseException:
             self._failed(stream, timeout)
             raise
         self._give_back(stream, timeout)
+        if _traffic.counts is not None:
+            _traffic.sent(self._route, len(request))
+            _traffic.received(self._route, len(reply))
         return decode_frame(reply)
 
     def start(
@@ -449,11 +456,17 @@ class Streams:
             return False
         if timeout is not None:
             self._watchdog.arm(stream, time.monotonic() + timeout)
+        route = self._route
+        if _traffic.counts is not None:
+            _traffic.sent(route, len(encoded))
 
         def receive() -> None:
             error: grpc.RpcError | None = None
             try:
-                reply = decode_frame(stream.receive())
+                raw = stream.receive()
+                if _traffic.counts is not None:
+                    _traffic.received(route, len(raw))
+                reply = decode_frame(raw)
             except grpc.RpcError as exc:
                 error = exc
             except Exception as exc:  # noqa: BLE001 - a reply that does not decode

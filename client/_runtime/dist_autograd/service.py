@@ -152,7 +152,12 @@ class DistAutogradService(hooks.CallHook):
             record_send(ctx, sent, peer, mid)
 
     def on_call_started(
-        self, call: pb.CallHeader, peer: int, done: Future[Any], deadline: float | None
+        self,
+        call: pb.CallHeader,
+        peer: int,
+        done: Future[Any],
+        deadline: float | None,
+        verb: str,
     ) -> None:
         # Only a call that sent tensors requiring grad has a send function here that its
         # answer's pair releases. Others are not waited for: a pass must not wait for a call

@@ -125,8 +125,8 @@ class RRefCalls:
             timeout = max(0.001, timeout - budget.spent)
         creation = Creation(f"remote({name}) on worker {peer.name!r}", timeout)
         call = first.call
-        if call.HasField("autograd"):  # made in a dist autograd context: it tracks the ack
-            hooks.call_started(call, peer.id, creation.answered(), creation.deadline)
+        if hooks.needed(call):  # a dist autograd context, or metrics: they track the ack
+            hooks.call_started(call, peer.id, creation.answered(), creation.deadline, "remote")
 
         def done(ack: pb.RemoteAck | None, error: BaseException | None) -> None:
             try:

@@ -17,6 +17,8 @@ from typing import Any
 
 import grpc
 
+from ... import _traffic
+
 __all__ = [
     "MAGIC",
     "MAGIC_V1",
@@ -98,10 +100,12 @@ def fill(
             set_timeout(sock, min(left, cap))
         k = sock.recv_into(view[got : got + RECV_CHUNK])
         if not k:
-            return got
+            break
         got += k
         if progress is not None:
             progress()
+    if _traffic.counts is not None:
+        _traffic.received(_traffic.BULK_LANE, got)
     return got
 
 
@@ -125,6 +129,8 @@ def discard(sock: socket.socket, nbytes: int) -> None:
         if not k:
             raise ConnectionError("connection closed in a dropped transfer")
         nbytes -= k
+        if _traffic.counts is not None:
+            _traffic.received(_traffic.BULK_LANE, k)
 
 
 def still_open(sock: socket.socket) -> bool:
@@ -159,6 +165,8 @@ def status_record(code: grpc.StatusCode, details: str) -> tuple[bytes, bytes]:
 def send_parts(conn: socket.socket, parts: tuple[Any, ...]) -> None:
     """Write ``parts`` in order; a small message in one segment (headers and frames are
     joined: with TCP_NODELAY each ``sendall`` would be a packet of its own)."""
+    if _traffic.counts is not None:
+        _traffic.sent(_traffic.BULK_LANE, sum(memoryview(p).nbytes for p in parts))
     if len(parts) > 1 and sum(len(p) for p in parts[1:]) <= _JOIN_BYTES:
         conn.sendall(b"".join(parts))
         return

@@ -25,6 +25,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import grpc  # noqa: E402
 
+from ... import _traffic
 from ..._proto import worker_pb2 as pb
 from ..._wire.framing import Frame, decode_frame, encode_frame
 from ...errors import (
@@ -221,9 +222,16 @@ def map_rpc_error(
     return RpcError(f"{what} to worker {peer!r} failed with {code.name}: {details}")
 
 
+def _serialize(message: Any) -> bytes:
+    return message.SerializeToString()
+
+
 class _Stubs:
     def __init__(self, channel: grpc.Channel, transport: Transport, address: str) -> None:
-        ser, de = encode_frame, decode_frame
+        #: The route its bytes count under (``gradwire._traffic``, while metrics are on).
+        self.route = _traffic.FAST_LANE if transport.is_fast_lane(address) else _traffic.GRPC
+        ser = _traffic.counting_encoder(self.route, encode_frame)
+        de = _traffic.counting_decoder(self.route, decode_frame)
         self.channel = channel
         self.address = address
         self.call = channel.unary_unary(f"/{SERVICE}/Call", ser, de)
@@ -231,7 +239,9 @@ class _Stubs:
         self.streams = self.new_streams()
         self.python_call = channel.stream_stream(f"/{SERVICE}/PythonCall", ser, de)
         self.fetch_reply = channel.unary_stream(
-            f"/{SERVICE}/FetchReply", pb.FetchReplyRequest.SerializeToString, de
+            f"/{SERVICE}/FetchReply",
+            _traffic.counting_encoder(self.route, pb.FetchReplyRequest.SerializeToString),
+            de,
         )
         self.pipe: Pipe | CorePipe | None = None
         self._control: dict[str, Any] = {}
@@ -247,13 +257,16 @@ class _Stubs:
             STREAMS_PER_PEER,
             transport.watchdog,
             on_stuck=lambda: transport.drop_stuck(self),
+            route=self.route,
         )
 
     def control(self, method: str, response_cls: Any) -> Any:
         stub = self._control.get(method)
         if stub is None:
             stub = self.channel.unary_unary(
-                f"/{SERVICE}/{method}", lambda m: m.SerializeToString(), response_cls.FromString
+                f"/{SERVICE}/{method}",
+                _traffic.counting_encoder(self.route, _serialize),
+                _traffic.counting_decoder(self.route, response_cls.FromString),
             )
             self._control[method] = stub
         return stub
@@ -262,7 +275,9 @@ class _Stubs:
         stub = self._framed.get(method)
         if stub is None:
             stub = self.channel.stream_unary(
-                f"/{SERVICE}/{method}", encode_frame, response_cls.FromString
+                f"/{SERVICE}/{method}",
+                _traffic.counting_encoder(self.route, encode_frame),
+                _traffic.counting_decoder(self.route, response_cls.FromString),
             )
             self._framed[method] = stub
         return stub
@@ -301,6 +316,9 @@ class Transport:
         #: ``fallback_of(address)``: for a peer's fast lane over TCP, the peer's main address
         #: (used when the fast lane's port cannot be reached); "" for any other address.
         self.fallback_of: Callable[[str], str] = lambda _address: ""
+        #: ``is_fast_lane(address)``: whether ``address`` is a peer's fast lane (the route its
+        #: bytes count under while metrics are on); set by the agent.
+        self.is_fast_lane: Callable[[str], bool] = lambda _address: False
         self._closed = False
         self.watchdog = Watchdog()
         #: Threads that wait for the replies of ``stream_call`` (started at its first use).
@@ -493,6 +511,8 @@ class Transport:
                         )
             try:
                 pipe.submit(message_id, encoded, timeout, done)
+                if _traffic.counts is not None:
+                    _traffic.sent(stubs.route, len(encoded))
                 return
             except PipeClosed as exc:
                 # It failed or closed just now, before taking the call: a new pipe takes it.
