@@ -9,6 +9,9 @@ Contestants (each a driver process that measures and a peer process, kept alive 
   gradwire-tcp   use_unix_socket=False, shm_transfer=False (what containers and hosts get)
   torch          TensorPipe's defaults (shm transport, cma channel on one host)
   torch-tcp      TensorPipe with the "uv" (TCP) transport and the "basic" channel only
+  gradwire-metrics, gradwire-tcp-metrics
+                 the same with metrics on (both workers serve them; only when named, e.g.
+                 --contestants gradwire,gradwire-metrics: the ratio column is on/off)
   raw            a raw grpcio server over TCP: unary calls, and a bidirectional stream echoing
                  1 MiB messages; and a plain TCP socket echo (no framework at all: the wire's
                  floor for any contestant over TCP; no remote() or autograd rows)
@@ -64,6 +67,9 @@ _CHUNK = 1 << 20
 _WINDOW = 64
 _LEN = 8  # the socket echo's length prefix
 ALL = ("gradwire", "gradwire-tcp", "torch", "torch-tcp", "raw")
+#: Contestants run only when named: gradwire with its metrics on (issue 40; both workers serve
+#: them on a port of their own, gradwire.observability), to measure what they cost.
+EXTRA = ("gradwire-metrics", "gradwire-tcp-metrics")
 
 
 # -- what the peers run (named by module and qualname over the wire) -------------------------
@@ -222,11 +228,18 @@ def _driver(lib: Any, rpc: Any, dist_autograd: Any, ones: Any, x: Any, w: Any, c
     )
 
 
-def _gradwire_proc(rank: int, tcp: bool, init_method: str, token: str, conn: Any) -> None:
+def _gradwire_proc(
+    rank: int, tcp: bool, init_method: str, token: str, conn: Any, metrics: bool = False
+) -> None:
     os.environ["GRADWIRE_TOKEN"] = token
     import gradwire as gw
     import gradwire.distributed.autograd as dist_autograd
     from gradwire.distributed import rpc
+
+    if metrics:
+        from gradwire import observability
+
+        observability.start_metrics_server(0)
 
     rpc.init_rpc(f"w{rank}", rank, 2, _gradwire_options(tcp, init_method))
     if rank == 0:
@@ -402,10 +415,11 @@ class Contestant:
         if name.startswith("gradwire"):
             init = f"tcp://127.0.0.1:{_free_port()}"
             token = secrets.token_hex(16)
-            tcp = name.endswith("-tcp")
+            tcp = "-tcp" in name
+            metrics = name.endswith("-metrics")
             targets = [
-                (_gradwire_proc, (0, tcp, init, token, driver_end)),
-                (_gradwire_proc, (1, tcp, init, token, peer_conn)),
+                (_gradwire_proc, (0, tcp, init, token, driver_end, metrics)),
+                (_gradwire_proc, (1, tcp, init, token, peer_conn, metrics)),
             ]
         elif name.startswith("torch"):
             port = _free_port()
@@ -498,9 +512,10 @@ def main() -> int:
     ns = parser.parse_args()
     sizes = [int(s) for s in ns.sizes.split(",")]
     wanted = [c.strip() for c in ns.contestants.split(",") if c.strip()]
-    unknown = set(wanted) - set(ALL)
+    unknown = set(wanted) - set(ALL) - set(EXTRA)
     if unknown:
-        parser.error(f"unknown contestants {sorted(unknown)}; choose from {', '.join(ALL)}")
+        known = ", ".join(ALL + EXTRA)
+        parser.error(f"unknown contestants {sorted(unknown)}; choose from {known}")
     if any(c.startswith("torch") for c in wanted):
         run_where_torch_is()
     if not have_torch():
@@ -554,7 +569,12 @@ def _report(
     med = {k: statistics.median(v) for k, v in figures.items()}
     pairs = [
         (g, t)
-        for g, t in (("gradwire", "torch"), ("gradwire-tcp", "torch-tcp"))
+        for g, t in (
+            ("gradwire", "torch"),
+            ("gradwire-tcp", "torch-tcp"),
+            ("gradwire-metrics", "gradwire"),
+            ("gradwire-tcp-metrics", "gradwire-tcp"),
+        )
         if g in names and t in names
     ]
     header = ["measure"] + names + [f"{g}/{t}" for g, t in pairs]

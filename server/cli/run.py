@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .lifecycle import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, Background, abandon, join, wait_for
+from .observe import observe
 from .settings import ConfigError
 from .signals import EXIT_SIGNALLED, Interrupted, StopSignals
 from .worker_config import add_worker_arguments, setup_logging, worker_config
@@ -184,7 +185,9 @@ def run_command(args: argparse.Namespace, prog: str = "gradwire run") -> int:
     stops = StopSignals(
         on_second=lambda s: abandon(EXIT_SIGNALLED[s], "second stop signal: exiting at once")
     ).install()
-    code = join(cfg, stops, prog)
+    code = observe(cfg, prog)  # --metrics-port, --tracing (docs/observability.md)
+    if code is None:
+        code = join(cfg, stops, prog)
     if code is not None:
         return code
     sys.argv = [entry.argv0, *args.job_args]

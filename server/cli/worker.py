@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from gradwire._runtime import agent as _agent
 
 from .lifecycle import EXIT_CONFIG, Background, abandon, join, wait_for
+from .observe import observe
 from .settings import ConfigError
 from .signals import EXIT_SIGNALLED, StopSignals
 from .worker_config import (
@@ -30,7 +31,7 @@ from .worker_config import (
     worker_config,
 )
 
-__all__ = ["main", "build_parser", "serve", "observe", "console_main"]
+__all__ = ["main", "build_parser", "serve", "console_main"]
 
 log = logging.getLogger("gradwire.worker")
 
@@ -85,34 +86,6 @@ def serve(cfg: WorkerConfig, prog: str = "gradwire-worker") -> int:
     )
     limit = time.monotonic() + cfg.shutdown_timeout + 10.0
     return wait_for(task, "graceful shutdown", stops, cfg.shutdown_timeout, limit)
-
-
-def observe(cfg: WorkerConfig, prog: str = "gradwire-worker") -> int | None:
-    """Start what ``--metrics-port`` and ``--tracing`` ask for (docs/observability.md).
-
-    Returns:
-        None, or the exit code when it cannot start (EXIT_CONFIG: the extra is missing or
-        the port cannot be bound).
-    """
-    from gradwire import observability
-
-    port = cfg.values.get("metrics_port")
-    try:
-        if port is not None:
-            host = cfg.values.get("metrics_host") or _listen_host(cfg)
-            bound = observability.start_metrics_server(port, host)
-            log.info("metrics: http://%s:%d/metrics", host, bound)
-        if cfg.values.get("tracing"):
-            observability.enable_tracing()
-    except (ImportError, OSError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    return None
-
-
-def _listen_host(cfg: WorkerConfig) -> str:
-    host = (cfg.listen or "127.0.0.1:0").rpartition(":")[0].strip("[]")
-    return host or "127.0.0.1"
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "gradwire-worker") -> int:

@@ -296,28 +296,6 @@ JOIN_SETTINGS: tuple[Setting, ...] = (
         "INFO",
         choices=LOG_LEVELS,
     ),
-)
-
-#: Settings of gradwire-worker only: when it leaves.
-SERVE_SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "until",
-        "--until",
-        "GRADWIRE_UNTIL",
-        "job: leave when every worker reached the shutdown barrier (the job ended), as PyTorch "
-        "workers do; signal: serve until SIGTERM/SIGINT (what a worker without a world size, "
-        "a member of a dynamic group, always does)",
-        default="job",
-        choices=("job", "signal"),
-    ),
-    Setting(
-        "job_timeout",
-        "--job-timeout",
-        "GRADWIRE_JOB_TIMEOUT",
-        "with --until job: give up waiting for the job after this many seconds (0 = never)",
-        _seconds,
-        0.0,
-    ),
     Setting(
         "metrics_port",
         "--metrics-port",
@@ -342,6 +320,28 @@ SERVE_SETTINGS: tuple[Setting, ...] = (
         "(e.g. under opentelemetry-instrument; needs the observability extra)",
         kind="bool",
         default=False,
+    ),
+)
+
+#: Settings of gradwire-worker only: when it leaves.
+SERVE_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "until",
+        "--until",
+        "GRADWIRE_UNTIL",
+        "job: leave when every worker reached the shutdown barrier (the job ended), as PyTorch "
+        "workers do; signal: serve until SIGTERM/SIGINT (what a worker without a world size, "
+        "a member of a dynamic group, always does)",
+        default="job",
+        choices=("job", "signal"),
+    ),
+    Setting(
+        "job_timeout",
+        "--job-timeout",
+        "GRADWIRE_JOB_TIMEOUT",
+        "with --until job: give up waiting for the job after this many seconds (0 = never)",
+        _seconds,
+        0.0,
     ),
 )
 

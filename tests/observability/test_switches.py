@@ -11,8 +11,10 @@ import urllib.request
 import pytest
 from gradwire import _traffic, observability
 from gradwire._runtime.calls import hooks
+from gradwire.server.cli.observe import observe
+from gradwire.server.cli.run import add_run_arguments
 from gradwire.server.cli.settings import ConfigError
-from gradwire.server.cli.worker import build_parser, observe
+from gradwire.server.cli.worker import build_parser
 from gradwire.server.cli.worker_config import worker_config
 
 BASE = {
@@ -43,6 +45,12 @@ def test_worker_flags_and_variables() -> None:
     assert c.values["metrics_port"] == 9401 and c.values["metrics_host"] == "0.0.0.0"
     with pytest.raises(ConfigError, match=r"\$GRADWIRE_METRICS_PORT='x'"):
         _cfg([], {"GRADWIRE_METRICS_PORT": "x"})
+    # gradwire run's driver is a worker too
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    args = parser.parse_args(["--metrics-port", "9402", "mod:job"])
+    run_cfg = worker_config(args, BASE, serve=False)
+    assert run_cfg.values["metrics_port"] == 9402
 
 
 def test_worker_serves_and_stops_metrics() -> None:
