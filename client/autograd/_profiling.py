@@ -41,6 +41,9 @@ __all__ = [
     "pop",
     "set_process_recorder",
     "process_recorder",
+    "server_profiles",
+    "add_server_profile",
+    "remove_server_profile",
     "set_node_id",
     "node_id",
     "now_ns",
@@ -56,6 +59,9 @@ active = 0
 _count_lock = threading.Lock()
 _tls = threading.local()
 _process: Recorder | None = None
+#: Profiles that collect the events of every call this process serves, one list per call
+#: (``rpc._server_process_global_profile``); each has ``add_group(events)``.
+server_profiles: tuple[Any, ...] = ()
 _node_id: Callable[[], int] = lambda: -1
 
 now_ns = time.monotonic_ns
@@ -196,6 +202,21 @@ def set_process_recorder(rec: Recorder | None) -> Recorder | None:
 
 def process_recorder() -> Recorder | None:
     return _process
+
+
+def add_server_profile(prof: Any) -> None:
+    """Start giving ``prof`` the events of each call served (``prof.add_group(events)``)."""
+    global server_profiles
+    with _count_lock:
+        server_profiles = (*server_profiles, prof)
+    _count(1)
+
+
+def remove_server_profile(prof: Any) -> None:
+    global server_profiles
+    with _count_lock:
+        server_profiles = tuple(p for p in server_profiles if p is not prof)
+    _count(-1)
 
 
 def set_node_id(fn: Callable[[], int]) -> None:

@@ -126,6 +126,9 @@ class GraphTask:
         self.capture: dict[tuple[Node, int], int] | None = None
         self.captured: list[Any] = []
         self.needed: set[Node] | None = None
+        # The profile of the thread that started the pass: nodes that run later on other
+        # threads (a distributed pass's gradients arriving) record into it too.
+        self.recorder = _profiling.current() if _profiling.active else None
 
     def add_roots(self, roots: Iterable[Node]) -> None:
         """Count the dependencies of everything reachable from ``roots`` not seen before."""
@@ -275,14 +278,15 @@ def _call_pre_hooks(node: Node, grads: list[Any]) -> list[Any]:
 
 
 def _run_node(task: GraphTask, node: Node, grads: list[Any], leaf_sink: Any) -> tuple[Any, ...]:
-    if _profiling.active:  # one global test while no one profiles
+    rec = task.recorder
+    if rec is None and _profiling.active:  # one global test while no one profiles
         rec = _profiling.current()
-        if rec is not None:
-            ev = rec.begin(f"autograd::engine::evaluate_function: {node.name()}", kind="backward")
-            try:
-                return _run_node_on_device(task, node, grads, leaf_sink)
-            finally:
-                rec.end(ev)
+    if rec is not None:
+        ev = rec.begin(f"autograd::engine::evaluate_function: {node.name()}", kind="backward")
+        try:
+            return _run_node_on_device(task, node, grads, leaf_sink)
+        finally:
+            rec.end(ev)
     return _run_node_on_device(task, node, grads, leaf_sink)
 
 

@@ -491,6 +491,8 @@ class record_function:
         returns a Future of ``fut``'s value that completes after the event ended."""
         if not isinstance(fut, Future):
             raise TypeError(f"_call_end_callbacks_on_future needs a Future, got {type(fut).__name__}")
+        if not self.run_callbacks_on_exit:
+            raise RuntimeError("_call_end_callbacks_on_future can only be called once.")
         self.run_callbacks_on_exit = False
 
         def ended(f: Future[Any]) -> Any:

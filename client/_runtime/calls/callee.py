@@ -36,7 +36,7 @@ from ...futures import Future
 from ..cluster.context import WorkerContext
 from ..transport.loop import io_loop
 from ..transport.transport import IN_FLIGHT_MARK
-from . import hooks
+from . import hooks, profiling
 from .pool import ServingPool
 
 __all__ = ["Callee", "ASYNC_EXECUTION_ATTR", "Reply", "until_done", "not_a_future"]
@@ -411,6 +411,8 @@ class Callee:
                 exc,
                 exc_info=(type(exc), exc, exc.__traceback__),
             )
+        if profiling.serving:
+            profiling.discard(call)
         reply = pb.ReplyHeader(
             message_id=call.message_id, error=encode_exception(exc, self._ctx.name)
         )

@@ -42,6 +42,7 @@ __all__ = [
     "on_recv_reply",
     "serve_scope",
     "on_send_reply",
+    "discard",
     "to_proto",
 ]
 
@@ -173,38 +174,54 @@ def on_recv_reply(call: pb.CallHeader, reply: Any, peer: int) -> None:
 @contextlib.contextmanager
 def serve_scope(call: pb.CallHeader, peer: int) -> Iterator[None]:
     """Around a served call's function: record into the call's own recorder when its header
-    asks, else a serve event into this worker's cluster profile, if one records."""
-    if call.HasField("profile"):
-        rec = _profiling.Recorder(call.profile.record_shapes, call.profile.profile_memory)
-        with _lock:
-            serving[(peer, call.message_id)] = (rec, _profiling.now_ns())
-            while len(serving) > _SERVING_LIMIT:
-                serving.popitem(last=False)
+    asks or a server-process profile is on (``rpc._server_process_global_profile``, which
+    gets the call's events as one group), else a serve event into this worker's cluster
+    profile, if one records."""
+    asked = call.HasField("profile")
+    servers = _profiling.server_profiles
+    if asked or servers:
+        rec = _profiling.Recorder(
+            (asked and call.profile.record_shapes) or any(s.record_shapes for s in servers),
+            (asked and call.profile.profile_memory) or any(s.profile_memory for s in servers),
+        )
+        if asked:
+            with _lock:
+                serving[(call.caller_id, call.message_id)] = (rec, _profiling.now_ns())
+                while len(serving) > _SERVING_LIMIT:
+                    serving.popitem(last=False)
         prev = _profiling.push(rec)
         try:
             yield
         finally:
             _profiling.pop(prev)
+            for server in servers:
+                server.add_group(rec.events)
         return
-    rec_or_none = _profiling.process_recorder()
-    if rec_or_none is None:
+    process = _profiling.process_recorder()
+    if process is None:
         yield
         return
-    ev = rec_or_none.begin(f"serve#{call.function}", kind="serve")
+    ev = process.begin(f"serve#{call.function}", kind="serve")
     ev.flow = (call.caller_id, call.message_id)
     try:
         yield
     finally:
-        rec_or_none.end(ev)
+        process.end(ev)
 
 
 def on_send_reply(call: pb.CallHeader, header: Any, peer: int) -> None:
     """The reply to a profiled call is encoded: put the call's events in it."""
     with _lock:
-        entry = serving.pop((peer, call.message_id), None)
+        entry = serving.pop((call.caller_id, call.message_id), None)
     if entry is not None:
         rec, started = entry
         header.profile.CopyFrom(to_proto(rec, started))
+
+
+def discard(call: pb.CallHeader) -> None:
+    """A profiled call failed: its events are not sent (the caller's event ends all the same)."""
+    with _lock:
+        serving.pop((call.caller_id, call.message_id), None)
 
 
 def to_proto(rec: _profiling.Recorder, started: int) -> pb.ProfileEvents:

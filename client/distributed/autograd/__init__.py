@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..._runtime import agent as _agent
+from ...autograd import _profiling
 from ..._runtime.dist_autograd.engine import ContextError
 from ..._tensor import Tensor
 from ...errors import ArgumentError
@@ -75,7 +76,9 @@ def backward(context_id: int, roots: list[Tensor], retain_graph: bool = False) -
     if isinstance(roots, Tensor):
         roots = [roots]
     svc = _service("dist_autograd.backward()")
-    svc.engine.backward(context_id, _checked_roots(context_id, roots), retain_graph)
+    checked = _checked_roots(context_id, roots)
+    with _profiling.span("torch::distributed::autograd::backward", kind="backward"):
+        svc.engine.backward(context_id, checked, retain_graph)
 
 
 def _checked_roots(context_id: Any, roots: Any) -> list[Tensor]:

@@ -37,6 +37,7 @@ from .api import (
     shutdown,
 )
 from .rref import RRef
+from .server_process_global_profiler import _server_process_global_profile
 
 __all__ = [
     "init_rpc",
@@ -63,4 +64,5 @@ __all__ = [
     "_rref_context_get_debug_info",
     "_get_current_rpc_agent",
     "_get_debug_info",
+    "_server_process_global_profile",
 ]
