@@ -21,7 +21,7 @@ from .fast_lane import start_fast_lane
 from .interceptors import AuthInterceptor
 from .servicer import WorkerServicer, method_handlers
 
-__all__ = ["create_server"]
+__all__ = ["RENDEZVOUS_HEALTH", "create_server"]
 
 log = logging.getLogger(__name__)
 _HEALTH = {
@@ -29,6 +29,11 @@ _HEALTH = {
     AgentState.SHUTTING_DOWN: health_pb2.HealthCheckResponse.NOT_SERVING,
     AgentState.SHUTDOWN: health_pb2.HealthCheckResponse.NOT_SERVING,
 }
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+#: Health name SERVING while this worker (rank 0) hosts its rendezvous and waits for the other
+#: ranks: it must be reachable by name before its cluster forms, and Docker Swarm publishes a
+#: task's name only once its health check passes (docs/deploy.md).
+RENDEZVOUS_HEALTH = "gradwire.v1.Rendezvous"
 
 
 def _credentials(options: Any) -> grpc.ServerCredentials | None:
@@ -80,6 +85,7 @@ async def _start(address: str, agent: Any) -> tuple[grpc.aio.Server, int]:
         server.add_insecure_port(agent.local_address)
     await health.set(SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
     await health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await health.set(RENDEZVOUS_HEALTH, health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
     loop = asyncio.get_running_loop()
 
@@ -90,6 +96,10 @@ async def _start(address: str, agent: Any) -> tuple[grpc.aio.Server, int]:
         if status is not None:
             for name in (SERVICE, ""):
                 asyncio.run_coroutine_threadsafe(health.set(name, status), loop)
+        # Rank 0 waiting at its rendezvous accepts joins: say so under a name of its own.
+        hosting = state is AgentState.JOINING and agent.rank == 0
+        rendezvous = health_pb2.HealthCheckResponse.SERVING if hosting else _NOT_SERVING
+        asyncio.run_coroutine_threadsafe(health.set(RENDEZVOUS_HEALTH, rendezvous), loop)
 
     agent.add_state_listener(on_state)
     return server, port

@@ -2,9 +2,11 @@
 
 A worker reports SERVING once it joined its cluster (RUNNING) and NOT_SERVING before (while it
 waits at the rendezvous) and after (shutting down). ``--live`` accepts any answer: the worker
-process is up and serving gRPC. That is what a start gate needs (docker-compose ``depends_on:
-condition: service_healthy``, Kubernetes liveness): the rendezvous itself needs every worker
-started, so waiting for SERVING before starting the next worker would never end.
+process is up and serving gRPC (Kubernetes liveness). ``--rendezvous`` accepts SERVING, and
+also rank 0 while it hosts its rendezvous and waits for the other ranks (health name
+``gradwire.v1.Rendezvous``): the container health check of the compose file and the Swarm
+stack. Every other worker is healthy only once it joined; rank 0 must be healthy before, since
+the others find it by a name that Docker Swarm publishes only for healthy tasks.
 
 Example:
     $ gradwire health 127.0.0.1:29500 && echo joined
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from ..app import RENDEZVOUS_HEALTH
 from .channel import add_target_arguments, describe_rpc_error, open_channel, target_from_args
 from .settings import ConfigError
 
@@ -42,7 +45,13 @@ def add_health_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--live",
         action="store_true",
-        help="healthy when the worker answers at all (SERVING or NOT_SERVING): a start gate",
+        help="healthy when the worker answers at all (SERVING or NOT_SERVING): liveness",
+    )
+    parser.add_argument(
+        "--rendezvous",
+        action="store_true",
+        help="healthy when SERVING, or while this worker (rank 0) hosts its rendezvous and "
+        "waits for the other ranks: the container health check (docs/deploy.md)",
     )
 
 
@@ -76,15 +85,28 @@ def health_command(args: argparse.Namespace, prog: str = "gradwire health") -> i
     except ConfigError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    hosting = False
     with open_channel(target) as channel:
         try:
             status = check(channel, args.service, target.timeout)
+            if args.rendezvous and status == "NOT_SERVING":
+                hosting = _hosting(channel, target.timeout)
         except grpc.RpcError as exc:
             print(f"{prog}: {describe_rpc_error(exc, target, 'health check')}", file=sys.stderr)
             return EXIT_UNHEALTHY
-    print(f"{target.address}: {status}")
-    healthy = status == "SERVING" or (args.live and status == "NOT_SERVING")
+    print(f"{target.address}: {status}" + (" (hosting the rendezvous)" if hosting else ""))
+    healthy = status == "SERVING" or hosting or (args.live and status == "NOT_SERVING")
     return EXIT_HEALTHY if healthy else EXIT_UNHEALTHY
+
+
+def _hosting(channel: grpc.Channel, timeout: float) -> bool:
+    """Rank 0 waiting at its rendezvous for the other ranks (False from an older worker)."""
+    try:
+        return check(channel, RENDEZVOUS_HEALTH, timeout) == "SERVING"
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            return False
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

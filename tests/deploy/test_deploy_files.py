@@ -104,9 +104,16 @@ def test_compose_start_is_gated_on_health(compose: dict[str, Any]) -> None:
         test = s["healthcheck"]["test"]
         assert test[0] == "CMD"
         args = parses(test[1:])
-        assert args.command == "health" and args.live  # the worker answers; see health.py
+        # healthy once joined; rank 0 also while it hosts the rendezvous (server/cli/health.py)
+        assert args.command == "health" and args.rendezvous and not args.live
         for dep, cond in (s.get("depends_on") or {}).items():
-            assert dep in compose["services"] and cond == {"condition": "service_healthy"}, name
+            assert dep in compose["services"], name
+            # only a rendezvous host can be healthy before the cluster formed
+            rank0 = compose["services"][dep]["environment"].get("GRADWIRE_RANK") == "0"
+            wanted = "service_healthy" if rank0 else "service_started"
+            assert cond == {"condition": wanted}, (name, dep)
+        # the image is built here, never pulled (no registry copy of gradwire:latest)
+        assert s["pull_policy"] == ("build" if "build" in s else "never"), name
     services = fixed(compose)
     assert set(services["trainer0"]["depends_on"]) == set(services) - {"trainer0"}
     assert "ps" in services["trainer1"]["depends_on"] and "ps" in services["worker3"]["depends_on"]
@@ -218,7 +225,8 @@ def test_dockerfile_entrypoint_env_and_healthcheck_match_the_cli() -> None:
     assert env["GRADWIRE_LISTEN"].rpartition(":")[2] == steps["EXPOSE"]
     cmd = steps["HEALTHCHECK"].split("CMD", 1)[1].strip()
     args = parses(yaml.safe_load(cmd))
-    assert args.command == "health" and args.live and float(args.timeout) < 4
+    assert args.command == "health" and args.rendezvous and not args.live
+    assert float(args.timeout) < 4
 
 
 # -- deploy/k8s ----------------------------------------------------------------------------------
@@ -335,3 +343,80 @@ def test_k8s_manifests_validate_against_the_kubernetes_api_schemas() -> None:
     kustomization = yaml.safe_load((ROOT / "deploy" / "k8s" / "kustomization.yaml").read_text())
     for resource in kustomization["resources"]:
         assert (ROOT / "deploy" / "k8s" / resource).exists(), resource
+
+
+# -- deploy/stack.yml (Docker Swarm) -------------------------------------------------------------
+
+#: Keys of a compose file that `docker stack deploy` refuses or silently ignores.
+SWARM_REFUSED = {"build", "restart", "security_opt", "tmpfs", "depends_on", "profiles"}
+SWARM_IGNORED = {"container_name", "pull_policy", "env_file", "ports"}
+
+
+@pytest.fixture(scope="module")
+def stack() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "deploy" / "stack.yml").read_text())
+
+
+def _defaults(value: str) -> str:
+    """A value with its ${VAR:-default} references replaced by the defaults."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", value)
+
+
+def test_stack_is_the_compose_cluster_with_the_same_settings(
+    stack: dict[str, Any], compose: dict[str, Any]
+) -> None:
+    assert str(stack["version"]).startswith("3.")  # the format docker stack deploy reads
+    assert "name" not in stack  # refused by swarm: the stack's name is the deploy argument
+    assert set(stack["services"]) == set(compose["services"])
+    for name, s in stack["services"].items():
+        env = {k: _defaults(str(v)) for k, v in s["environment"].items()}
+        check_env(env, f"stack service {name}")
+        wanted = {k: str(v) for k, v in compose["services"][name]["environment"].items()}
+        assert wanted.items() <= env.items(), name  # the compose file's own settings
+        assert s.get("entrypoint") == compose["services"][name].get("entrypoint"), name
+        assert s.get("command") == compose["services"][name].get("command"), name
+        if "entrypoint" in s and s["entrypoint"][0] in SCRIPTS:
+            parses([*s["entrypoint"], *(_defaults(c) for c in s["command"])])
+        assert not (SWARM_REFUSED | SWARM_IGNORED) & set(s), name
+
+
+def test_stack_swarm_networking_jobs_once_elastic_trainers_replaced(stack: dict[str, Any]) -> None:
+    assert stack["networks"] == {"gradwire": {"driver": "overlay"}}
+    for name, s in stack["services"].items():
+        assert s["image"] == "gradwire:latest" and s["networks"] == ["gradwire"], name
+        deploy = s["deploy"]
+        # DNS round robin: a name resolves to the tasks themselves, no virtual IP (IPVS)
+        assert deploy["endpoint_mode"] == "dnsrr", name
+        restart = deploy["restart_policy"]["condition"]
+        if name == "trainer":  # a killed replica is replaced and joins the group again
+            assert restart == "on-failure" and deploy["restart_policy"]["max_attempts"] > 0
+            assert int(_defaults(str(deploy["replicas"]))) >= 1
+        else:  # the job and its workers run once
+            assert restart == "none", name
+            assert "replicas" not in deploy, name
+        test = s["healthcheck"]["test"]
+        args = parses(test[1:])
+        assert test[0] == "CMD" and args.command == "health" and args.rendezvous, name
+
+
+def test_stack_keeps_the_security_settings_swarm_allows(stack: dict[str, Any]) -> None:
+    for name, s in stack["services"].items():
+        assert s["read_only"] is True and s["cap_drop"] == ["ALL"], name
+        assert s["user"].split(":")[0] not in ("root", "0"), name
+        # /tmp as a tmpfs volume (swarm drops the tmpfs key; the workers need a /tmp)
+        assert {"type": "tmpfs", "target": "/tmp"} in s["volumes"], name
+        assert not [v for v in s["volumes"] if v.get("type") != "tmpfs"], name  # no host path
+        # inspection stays private: nothing published (docs/deploy.md: docker exec)
+        assert "ports" not in s, name
+
+
+def test_stack_token_is_a_docker_secret_never_an_env_file(stack: dict[str, Any]) -> None:
+    assert stack["secrets"] == {"gradwire-token": {"external": True}}
+    for name, s in stack["services"].items():
+        (secret,) = s["secrets"]
+        assert secret["source"] == "gradwire-token" and secret["mode"] == 0o400, name
+        assert secret["uid"] == s["user"].split(":")[0], name  # readable by the worker only
+        env = s["environment"]
+        assert env["GRADWIRE_TOKEN_FILE"] == f"/run/secrets/{secret['target']}", name
+        assert "GRADWIRE_TOKEN" not in env and "env_file" not in s, name
+    assert "GRADWIRE_TOKEN=" not in (ROOT / "deploy" / "stack.yml").read_text()

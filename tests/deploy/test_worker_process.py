@@ -97,10 +97,42 @@ def test_health_is_not_serving_while_joining_but_live() -> None:
         # The address also comes from $GRADWIRE_LISTEN (the Docker HEALTHCHECK form).
         local = run("health", "--live", env={**env, "GRADWIRE_LISTEN": f"0.0.0.0:{port}"})
         assert local.popen.returncode == 0 and f"127.0.0.1:{port}: NOT_SERVING" in local.out
+        # --rendezvous (the container health check): rank 0 hosting its rendezvous is healthy
+        hosting = run("health", "--rendezvous", f"127.0.0.1:{port}", env=env)
+        assert hosting.popen.returncode == 0, hosting.output
+        assert "NOT_SERVING (hosting the rendezvous)" in hosting.out
         lonely.signal(signal.SIGINT)  # stopped before the cluster formed
         assert lonely.finish(30) == 128 + signal.SIGINT, lonely.output
     finally:
         lonely.kill()
+
+
+def test_health_rendezvous_is_healthy_for_a_waiting_rank_0_only() -> None:
+    port, other = free_port(), free_port()
+    env = _cluster_env(port, 3)
+    host = start("worker", env=_cluster_env(port, 3, GRADWIRE_NAME="ps", GRADWIRE_RANK="0"))
+    member = start(
+        "worker",
+        env=_cluster_env(
+            port, 3, GRADWIRE_NAME="w1", GRADWIRE_RANK="1", GRADWIRE_LISTEN=f"127.0.0.1:{other}"
+        ),
+    )
+    try:
+        _wait_live(other, env)
+        joined = run("health", "--rendezvous", f"127.0.0.1:{other}", env=env)  # waits for rank 2
+        assert joined.popen.returncode == 1 and joined.out.strip().endswith(": NOT_SERVING")
+        last = run(
+            "run",
+            str(JOB),
+            env=_cluster_env(port, 3, GRADWIRE_NAME="driver", GRADWIRE_RANK="2"),
+            timeout=60,
+        )
+        assert last.popen.returncode == 0, last.output
+        for w in (host, member):
+            assert w.finish(30) == 0, w.output
+    finally:
+        host.kill()
+        member.kill()
 
 
 def test_bad_configuration_exits_2_with_the_variable_named() -> None:

@@ -239,13 +239,19 @@ def read_local_token(port: int, timeout: float) -> str | None:
 
 
 def route_to(host: str) -> str:
-    """The local IP that routes to ``host`` (no packet is sent)."""
+    """The local IP that routes to ``host`` (no packet is sent); when ``host`` does not resolve
+    (yet: Docker Swarm publishes a service's name only once its task is healthy), the address
+    of this machine's own host name, else loopback."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect((host, 9))
             return str(s.getsockname()[0])
         except OSError:
-            return "127.0.0.1"
+            pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 def plan(init_method: str | list[str], rank: int, world_size: int, listen: str | None) -> Plan:
