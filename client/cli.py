@@ -3,9 +3,10 @@
     gradwire demo      the distributed demo job (gradwire.demo; issue 5)
     gradwire run       join a cluster as a worker, run a job's entry point, leave
     gradwire inspect   a worker's state, control messages, DOT pictures
+    gradwire profile   one timeline of a running cluster (Chrome trace)
     gradwire health    grpc.health.v1 check of a worker (exit 0 healthy, 1 not)
 
-``run``, ``inspect`` and ``health`` live in :mod:`gradwire.server.cli` and are added by
+``run``, ``inspect``, ``profile`` and ``health`` live in :mod:`gradwire.server.cli` and are added by
 :func:`_register_deploy_commands`; ``demo`` imports :mod:`gradwire.demo` only when used.
 The worker itself is the separate command ``gradwire-worker`` (``python -m gradwire.server``).
 """

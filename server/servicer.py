@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,6 +21,7 @@ from gradwire import _traffic
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
 from gradwire._runtime.calls.callee import Reply, until_done
+from gradwire._runtime.cluster import profile_session
 from gradwire._runtime.rref.errors import RRefProtocolError
 from gradwire._runtime.rref.fetch import OFF_LOOP
 from gradwire._runtime.transport.transport import CONTROL_REQUESTS, SERVICE
@@ -50,6 +52,8 @@ from .interceptors import CALLER_KEY, has_token
 __all__ = ["WorkerServicer", "status_for", "caller_from_metadata"]
 
 log = logging.getLogger(__name__)
+#: The longest window of the Profile method (gradwire profile --seconds).
+MAX_PROFILE_SECONDS = 3600.0
 
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -474,6 +478,28 @@ class WorkerServicer:
         finally:
             self._agent.remove_watcher(queue)
 
+    async def Profile(  # noqa: N802
+        self, request: pb.ProfileWindow, context: grpc.aio.ServicerContext
+    ) -> pb.ProfileDump:
+        """Record everything this worker does for ``request.seconds``, then return it
+        (``gradwire profile``); a cancelled call stops the recording."""
+        seconds = request.seconds
+        if not 0 < seconds <= MAX_PROFILE_SECONDS:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Profile: seconds must be in (0, {MAX_PROFILE_SECONDS:g}], got {seconds!r}",
+            )
+        session = secrets.token_hex(8)
+        try:
+            profile_session.start(session, request.record_shapes)
+        except RuntimeError as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            dump = profile_session.stop(session, self._agent.rank, self._agent.name)
+        return dump
+
     # -- extension methods (RRef protocol, dist autograd) ------------------------------------
 
     async def control(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -796,6 +822,9 @@ def method_handlers(servicer: WorkerServicer) -> grpc.GenericRpcHandler:
         ),
         "WatchControl": grpc.unary_stream_rpc_method_handler(
             unary_stream(servicer.WatchControl), de(pb.WatchRequest), ser
+        ),
+        "Profile": grpc.unary_unary_rpc_method_handler(
+            unary(servicer.Profile), de(pb.ProfileWindow), ser
         ),
         "ForkRequest": unary_control("ForkRequest", pb.ForkRequest),
         "ChildAck": unary_control("ChildAck", pb.ChildAck),

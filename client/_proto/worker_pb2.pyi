@@ -199,6 +199,32 @@ class ReplyHeader(_message.Message):
     profile: ProfileEvents
     def __init__(self, message_id: _Optional[int] = ..., error: _Optional[_Union[RemoteException, _Mapping]] = ..., autograd: _Optional[_Union[AutogradMeta, _Mapping]] = ..., continuation: _Optional[int] = ..., remote_ack: _Optional[_Union[RemoteAck, _Mapping]] = ..., control_response: _Optional[bytes] = ..., profile: _Optional[_Union[ProfileEvents, _Mapping]] = ...) -> None: ...
 
+class ProfileWindow(_message.Message):
+    __slots__ = ("seconds", "record_shapes")
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_SHAPES_FIELD_NUMBER: _ClassVar[int]
+    seconds: float
+    record_shapes: bool
+    def __init__(self, seconds: _Optional[float] = ..., record_shapes: bool = ...) -> None: ...
+
+class ProfileDump(_message.Message):
+    __slots__ = ("rank", "name", "started_ns", "ended_ns", "clock_ns", "events", "dropped")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STARTED_NS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_NS_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_NS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    name: str
+    started_ns: int
+    ended_ns: int
+    clock_ns: int
+    events: _containers.RepeatedCompositeFieldContainer[ProfileEvent]
+    dropped: int
+    def __init__(self, rank: _Optional[int] = ..., name: _Optional[str] = ..., started_ns: _Optional[int] = ..., ended_ns: _Optional[int] = ..., clock_ns: _Optional[int] = ..., events: _Optional[_Iterable[_Union[ProfileEvent, _Mapping]]] = ..., dropped: _Optional[int] = ...) -> None: ...
+
 class ProfileRequest(_message.Message):
     __slots__ = ("record_shapes", "profile_memory")
     RECORD_SHAPES_FIELD_NUMBER: _ClassVar[int]
@@ -214,7 +240,7 @@ class Shape(_message.Message):
     def __init__(self, dims: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProfileEvent(_message.Message):
-    __slots__ = ("name", "start_ns", "end_ns", "thread_id", "input_shapes", "cpu_memory_usage", "node_id", "sequence_nr")
+    __slots__ = ("name", "start_ns", "end_ns", "thread_id", "input_shapes", "cpu_memory_usage", "node_id", "sequence_nr", "kind", "flow")
     NAME_FIELD_NUMBER: _ClassVar[int]
     START_NS_FIELD_NUMBER: _ClassVar[int]
     END_NS_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +249,8 @@ class ProfileEvent(_message.Message):
     CPU_MEMORY_USAGE_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_NR_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FLOW_FIELD_NUMBER: _ClassVar[int]
     name: str
     start_ns: int
     end_ns: int
@@ -231,7 +259,9 @@ class ProfileEvent(_message.Message):
     cpu_memory_usage: int
     node_id: int
     sequence_nr: int
-    def __init__(self, name: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., thread_id: _Optional[int] = ..., input_shapes: _Optional[_Iterable[_Union[Shape, _Mapping]]] = ..., cpu_memory_usage: _Optional[int] = ..., node_id: _Optional[int] = ..., sequence_nr: _Optional[int] = ...) -> None: ...
+    kind: str
+    flow: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., start_ns: _Optional[int] = ..., end_ns: _Optional[int] = ..., thread_id: _Optional[int] = ..., input_shapes: _Optional[_Iterable[_Union[Shape, _Mapping]]] = ..., cpu_memory_usage: _Optional[int] = ..., node_id: _Optional[int] = ..., sequence_nr: _Optional[int] = ..., kind: _Optional[str] = ..., flow: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProfileEvents(_message.Message):
     __slots__ = ("events", "handled_start_ns", "handled_end_ns")

@@ -138,6 +138,11 @@ class WorkerStub(object):
                 request_serializer=gradwire_dot___proto_dot_worker__pb2.WatchRequest.SerializeToString,
                 response_deserializer=gradwire_dot___proto_dot_worker__pb2.ControlEvent.FromString,
                 _registered_method=True)
+        self.Profile = channel.unary_unary(
+                '/gradwire.v1.Worker/Profile',
+                request_serializer=gradwire_dot___proto_dot_worker__pb2.ProfileWindow.SerializeToString,
+                response_deserializer=gradwire_dot___proto_dot_worker__pb2.ProfileDump.FromString,
+                _registered_method=True)
 
 
 class WorkerServicer(object):
@@ -294,6 +299,13 @@ class WorkerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Profile(self, request, context):
+        """Record everything this worker does for a window, then return the events (gradwire profile).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -396,6 +408,11 @@ def add_WorkerServicer_to_server(servicer, server):
                     servicer.WatchControl,
                     request_deserializer=gradwire_dot___proto_dot_worker__pb2.WatchRequest.FromString,
                     response_serializer=gradwire_dot___proto_dot_worker__pb2.ControlEvent.SerializeToString,
+            ),
+            'Profile': grpc.unary_unary_rpc_method_handler(
+                    servicer.Profile,
+                    request_deserializer=gradwire_dot___proto_dot_worker__pb2.ProfileWindow.FromString,
+                    response_serializer=gradwire_dot___proto_dot_worker__pb2.ProfileDump.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -942,6 +959,33 @@ class Worker(object):
             '/gradwire.v1.Worker/WatchControl',
             gradwire_dot___proto_dot_worker__pb2.WatchRequest.SerializeToString,
             gradwire_dot___proto_dot_worker__pb2.ControlEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Profile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gradwire.v1.Worker/Profile',
+            gradwire_dot___proto_dot_worker__pb2.ProfileWindow.SerializeToString,
+            gradwire_dot___proto_dot_worker__pb2.ProfileDump.FromString,
             options,
             channel_credentials,
             insecure,

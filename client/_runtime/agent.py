@@ -36,8 +36,8 @@ import grpc
 
 from .._proto import worker_pb2 as pb
 from .._wire import guard
-from ..autograd import _profiling
 from .._wire.policy import unreviewed_numpy
+from ..autograd import _profiling
 from ..errors import (
     AuthenticationError,
     RpcInitError,

@@ -275,6 +275,8 @@ gradwire.nn:L1Loss. forward
 gradwire.nn.functional: l1_loss
 gradwire.distributed.rpc._gather: _gather_put    # the leader's side of rpc.api._all_gather
 gradwire.distributed.rpc._gather: _deliver_round    # a follower's side of rpc.api._all_gather
+# profile_cluster: start and stop recording on a worker (one session at a time, bounded events)
+gradwire.distributed.profile: _start_on_worker _stop_on_worker
 gradwire.autograd: is_anomaly_enabled is_anomaly_check_nan_enabled is_multithreading_enabled
 gradwire.autograd.anomaly_mode: AnomalyError
 # nn layers: normalisation, activations, containers, losses, Module state; distributions

@@ -52,6 +52,7 @@ __all__ = [
     "set_multithreading_enabled",
     "is_multithreading_enabled",
     "profiler",
+    "profiler_legacy",
 ]
 
 

@@ -62,7 +62,13 @@ _process: Recorder | None = None
 #: Profiles that collect the events of every call this process serves, one list per call
 #: (``rpc._server_process_global_profile``); each has ``add_group(events)``.
 server_profiles: tuple[Any, ...] = ()
-_node_id: Callable[[], int] = lambda: -1
+
+
+def _no_node() -> int:
+    return -1
+
+
+_node_id: Callable[[], int] = _no_node
 
 now_ns = time.monotonic_ns
 

@@ -215,7 +215,9 @@ class EventList(list[Any]):
         Raises:
             ValueError: an unknown ``sort_by``.
         """
-        return _table(self, sort_by, row_limit, max_name_column_width, header, top_level_events_only)
+        return _table(
+            self, sort_by, row_limit, max_name_column_width, header, top_level_events_only
+        )
 
     def export_chrome_trace(self, path: str) -> None:
         """Write the events as Chrome trace JSON (a list of complete events: load it in
@@ -248,9 +250,7 @@ def chrome_events(events: Iterable[FunctionEvent]) -> list[dict[str, Any]]:
 def build_events(raw: Iterable[_profiling.Event], origin_ns: int) -> EventList:
     """FunctionEvents of the ended ``raw`` events, sorted by start (outer first), with each
     event's parent and children on its worker and thread."""
-    done = sorted(
-        (e for e in raw if e.end_ns), key=lambda e: (e.start_ns, -e.end_ns, e.node_id)
-    )
+    done = sorted((e for e in raw if e.end_ns), key=lambda e: (e.start_ns, -e.end_ns, e.node_id))
     events = EventList(FunctionEvent(e, i, origin_ns) for i, e in enumerate(done, 1))
     stacks: dict[tuple[int, int, bool], list[FunctionEvent]] = {}
     for ev in events:
@@ -428,7 +428,9 @@ class profile:
         if _profiling.thread_recorder() is self._recorder:
             raise RuntimeError("Profiler didn't finish running: read its events after the block")
 
-    def key_averages(self, group_by_input_shape: bool = False, group_by_stack_n: int = 0) -> EventList:
+    def key_averages(
+        self, group_by_input_shape: bool = False, group_by_stack_n: int = 0
+    ) -> EventList:
         """One row per event name (and worker): see :meth:`EventList.key_averages`."""
         return self.function_events.key_averages(group_by_input_shape)
 
@@ -490,7 +492,9 @@ class record_function:
         """End this block's event when ``fut`` completes, not at the end of the ``with``;
         returns a Future of ``fut``'s value that completes after the event ended."""
         if not isinstance(fut, Future):
-            raise TypeError(f"_call_end_callbacks_on_future needs a Future, got {type(fut).__name__}")
+            raise TypeError(
+                f"_call_end_callbacks_on_future needs a Future, got {type(fut).__name__}"
+            )
         if not self.run_callbacks_on_exit:
             raise RuntimeError("_call_end_callbacks_on_future can only be called once.")
         self.run_callbacks_on_exit = False

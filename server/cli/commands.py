@@ -17,7 +17,7 @@ COMMANDS = ("run", "inspect", "health")
 
 
 def register(subparsers: Any) -> None:
-    """Add ``run``, ``inspect`` and ``health`` to an argparse subparsers object.
+    """Add ``run``, ``inspect``, ``profile`` and ``health`` to an argparse subparsers object.
 
     Args:
         subparsers: what ``ArgumentParser.add_subparsers()`` returned.
@@ -30,6 +30,7 @@ def register(subparsers: Any) -> None:
     """
     from .health import add_health_arguments, health_command
     from .inspection import add_inspect_arguments, inspect_command
+    from .profile import add_profile_arguments, profile_command
     from .run import add_run_arguments, run_command
 
     run = subparsers.add_parser(
@@ -52,6 +53,16 @@ def register(subparsers: Any) -> None:
     )
     add_inspect_arguments(inspect)
     inspect.set_defaults(handler=inspect_command)
+
+    profile = subparsers.add_parser(
+        "profile",
+        help="one timeline of a running cluster: profile every worker for N seconds",
+        description="Profile every worker of the cluster of ADDRESS at once for --seconds "
+        "(each records everything it does) and merge their events into one Chrome-trace / "
+        "Perfetto JSON (--out): a lane per worker, an arrow for each call.",
+    )
+    add_profile_arguments(profile)
+    profile.set_defaults(handler=profile_command)
 
     health = subparsers.add_parser(
         "health",

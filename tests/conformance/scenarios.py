@@ -961,15 +961,20 @@ def _rpc_outcome(events: Any) -> list[Any]:
 
 
 def _udf_outcome(verb: str) -> list[Any]:
-    return [f"rpc_{verb}#profiled_udf(worker0 -> worker1)"], [1, 0], True, list(PROFILED_OPS), [1], 2
+    return (
+        [f"rpc_{verb}#profiled_udf(worker0 -> worker1)"],
+        [1, 0],
+        True,
+        list(PROFILED_OPS),
+        [1],
+        2,
+    )
 
 
-@scenario(
-    list(_udf_outcome("sync")), list(_udf_outcome("async")), list(_udf_outcome("remote"))
-)
+@scenario(list(_udf_outcome("sync")), list(_udf_outcome("async")), list(_udf_outcome("remote")))
 def profiler_rpc_events() -> list[Any]:
     return [
-        step(lambda: _rpc_outcome(_profiled_call(verb, "worker1", profiled_udf)))
+        step(lambda v=verb: _rpc_outcome(_profiled_call(v, "worker1", profiled_udf)))
         for verb in ("sync", "async", "remote")
     ]
 
@@ -990,7 +995,9 @@ def profiler_nested_async_calls() -> list[Any]:
     return [
         step(
             lambda: _nested_outcome(
-                _profiled_call("async", "worker1", async_add, ("worker2", t.ones(1), t.ones(2)[:1] * 2))
+                _profiled_call(
+                    "async", "worker1", async_add, ("worker2", t.ones(1), t.ones(2)[:1] * 2)
+                )
             )
         ),
         step(lambda: FW.rpc.rpc_sync("worker1", async_add, ("worker2", t.ones(1), t.ones(1) * 2))),

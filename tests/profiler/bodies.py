@@ -100,3 +100,72 @@ def stop_server_profile() -> list[list[str]]:
     prof = _server.pop("prof")
     prof.__exit__(None, None, None)
     return [[e.name for e in group] for group in prof.process_global_function_events]
+
+
+def loss_on(x: Any) -> Any:
+    return (x * x).sum()
+
+
+def cluster_profile(rank: int, world_size: int, trace_path: str) -> Any:
+    """Rank 0 profiles every worker through a few calls and a distributed backward."""
+    import gradwire.distributed
+    from gradwire.distributed import autograd as dist_autograd
+
+    if rank != 0:
+        return None
+    x = gw.ones(3, requires_grad=True)
+    with gradwire.distributed.profile_cluster() as prof:
+        for r in range(1, world_size):
+            rpc.rpc_sync(f"worker{r}", udf)
+        with dist_autograd.context() as ctx:
+            loss = rpc.rpc_sync("worker1", loss_on, (x,)) + rpc.rpc_sync("worker2", loss_on, (x,))
+            dist_autograd.backward(ctx, [loss])
+            grad = dist_autograd.get_gradients(ctx)[x]
+    prof.export_chrome_trace(trace_path)
+    again: Any
+    try:
+        with gradwire.distributed.profile_cluster():
+            with gradwire.distributed.profile_cluster():
+                pass
+        again = "no error"
+    except RuntimeError as exc:
+        again = str(exc)
+    return {
+        "grad": grad.tolist(),
+        "ranks": sorted({e.node_id for e in prof.function_events}),
+        "averages": sorted({a.key for a in prof.key_averages()}),
+        "again": again,
+        "leftovers": [rpc.rpc_sync(f"worker{r}", leftovers) for r in range(world_size)],
+    }
+
+
+def cli_profile(rank: int, world_size: int, trace_path: str) -> Any:
+    """Rank 0 runs ``gradwire profile`` against itself while it calls the others."""
+    import threading
+
+    from gradwire.server.cli.profile import main as profile_main
+
+    if rank != 0:
+        return None
+    me = rpc.get_worker_info().name
+    address = next(p["address"] for p in rpc.get_debug_info()["peers"] if p["name"] == me)
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            for r in range(1, world_size):
+                rpc.rpc_sync(f"worker{r}", udf)
+
+    t = threading.Thread(target=work)
+    t.start()
+    try:
+        code = profile_main([address, "--seconds", "1", "--out", trace_path, "--strict"])
+        bad = profile_main([address, "--seconds", "0", "--out", trace_path])
+    finally:
+        stop.set()
+        t.join()
+    return {
+        "code": code,
+        "bad": bad,
+        "leftovers": [rpc.rpc_sync(f"worker{r}", leftovers) for r in range(world_size)],
+    }

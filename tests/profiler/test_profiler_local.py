@@ -109,11 +109,11 @@ def test_profiles_do_not_nest_on_one_thread_and_events_wait_for_the_end() -> Non
             with profiler.profile():
                 pass
         with pytest.raises(RuntimeError, match="didn't finish"):
-            prof.function_events
+            _ = prof.function_events
     with profiler.profile(enabled=False) as off:
         gw.ones(1)
     with pytest.raises(RuntimeError, match="not enabled"):
-        off.function_events
+        _ = off.function_events
 
 
 def test_record_function_ends_with_a_future_once() -> None:

@@ -164,6 +164,9 @@ def test_private_names_are_allowed_only_where_listed_one_by_one() -> None:
         *(f"gradwire._dtypes:{n}" for n in DTYPE_NAMES),
         "gradwire._runtime.rref.errors:RRefProtocolError",
         "gradwire._runtime.rref.errors:UnknownRRefError",
+        # profile_cluster's start and stop on each worker (issue 40)
+        "gradwire.distributed.profile:_start_on_worker",
+        "gradwire.distributed.profile:_stop_on_worker",
         # the leader's side of PyTorch's rpc.api._all_gather / _barrier (issue 25)
         "gradwire.distributed.rpc._gather:_deliver_round",
         "gradwire.distributed.rpc._gather:_gather_put",

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..._runtime import agent as _agent
-from ...autograd import _profiling
 from ..._runtime.dist_autograd.engine import ContextError
 from ..._tensor import Tensor
+from ...autograd import _profiling
 from ...errors import ArgumentError
 
 __all__ = ["context", "backward", "get_gradients", "is_available", "ContextError"]
