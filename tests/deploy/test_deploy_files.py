@@ -420,3 +420,13 @@ def test_stack_token_is_a_docker_secret_never_an_env_file(stack: dict[str, Any])
         assert env["GRADWIRE_TOKEN_FILE"] == f"/run/secrets/{secret['target']}", name
         assert "GRADWIRE_TOKEN" not in env and "env_file" not in s, name
     assert "GRADWIRE_TOKEN=" not in (ROOT / "deploy" / "stack.yml").read_text()
+
+
+def test_long_job_override_runs_a_deploy_job_with_its_arguments(compose: dict[str, Any]) -> None:
+    override = yaml.safe_load((ROOT / "deploy" / "long-job.yml").read_text())
+    assert set(override["services"]) == {"trainer0"}  # the driver only
+    command = override["services"]["trainer0"]["command"]
+    args = parses([*compose["services"]["trainer0"]["entrypoint"], *command])
+    assert args.command == "run" and args.job_args  # arguments GRADWIRE_JOB cannot pass
+    script = args.target.removeprefix("/opt/gradwire/jobs/")
+    assert (ROOT / "deploy" / "jobs" / script).is_file()  # the image copies deploy/jobs there
