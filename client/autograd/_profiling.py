@@ -39,6 +39,7 @@ __all__ = [
     "current",
     "push",
     "pop",
+    "paused",
     "set_process_recorder",
     "process_recorder",
     "server_profiles",
@@ -173,7 +174,21 @@ def _count(delta: int) -> None:
 def current() -> Recorder | None:
     """The recorder this thread records into, or None."""
     rec: Recorder | None = getattr(_tls, "recorder", None)
-    return rec if rec is not None else _process
+    if rec is not None:
+        return rec
+    return None if getattr(_tls, "paused", False) else _process
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """This thread records nothing into the process-wide recorder meanwhile (the calls that
+    start and stop a cluster profile are not part of it)."""
+    prev = getattr(_tls, "paused", False)
+    _tls.paused = True
+    try:
+        yield
+    finally:
+        _tls.paused = prev
 
 
 def push(rec: Recorder) -> Recorder | None:

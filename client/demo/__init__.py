@@ -75,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         default="cpu",
         help="where the model computes: cpu (default) or cuda:N (needs gradwire[cuda] and a GPU)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="TRACE.json",
+        default="",
+        help="after training, profile one more step on every worker and write the merged "
+        "Chrome/Perfetto trace here (docs/observability.md)",
+    )
     ns = parser.parse_args(argv)
     if ns.trainers < 1:
         parser.error("--trainers must be at least 1")
@@ -92,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     from .. import multiprocessing as gmp
 
     os.environ.setdefault("GRADWIRE_TOKEN", secrets.token_hex(16))
-    cfg = JobConfig(epochs=ns.epochs, device=str(device))
+    cfg = JobConfig(
+        epochs=ns.epochs,
+        device=str(device),
+        profile=os.path.abspath(ns.profile) if ns.profile else "",
+    )
     world = ns.trainers + 1
     print(
         f"gradwire demo: parameter server + {ns.trainers} trainers on loopback, {cfg.epochs} epochs"

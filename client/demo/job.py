@@ -36,6 +36,7 @@ class JobConfig:
     points_per_class: int = 300
     ps: str = "ps"
     device: str = "cpu"  # where the model computes ("cuda:0": hidden layers and heads on a GPU)
+    profile: str = ""  # after training, one more step under profile_cluster, its trace here
 
 
 _progress: dict[str, Any] = {}
@@ -94,6 +95,35 @@ def train_on_trainer(
     return {"trainer": me, "accuracy": float((pred == yt_np).mean()), "steps": steps}
 
 
+def train_step_once(cfg: JobConfig, hidden_rref: Any) -> float:
+    """Runs on a trainer: one training step (forward on the parameter server, a distributed
+    backward, an optimizer step), as in ``train_on_trainer``; returns its loss."""
+    x_np, y_np, _, _ = _shard(cfg, 0, 1)
+    head = nn.Linear(cfg.hidden, 3).to(cfg.device)
+    params = rpc.rpc_sync(cfg.ps, hidden_parameter_rrefs, (hidden_rref,))
+    params += [rpc.RRef(p) for p in head.parameters()]
+    opt = DistributedOptimizer(optim.Adam, params, lr=cfg.lr)
+    xb, yb = tensor(x_np[: cfg.batch_size]), tensor(y_np[: cfg.batch_size])
+    with dist_autograd.context() as cid:
+        h = rpc.rpc_sync(cfg.ps, forward_hidden, (hidden_rref, xb))
+        loss = F.cross_entropy(head(h.to(cfg.device)), yb.to(cfg.device))
+        dist_autograd.backward(cid, [loss])
+        opt.step(cid)
+    return float(loss.item())
+
+
+def profile_one_step(cfg: JobConfig, hidden_rref: Any, trainer: str) -> None:
+    """On the driver: one more step of ``trainer`` under ``profile_cluster``; writes the
+    merged trace to ``cfg.profile`` and prints the busiest events."""
+    from ..distributed.profile import profile_cluster
+
+    with profile_cluster() as prof:
+        rpc.rpc_sync(trainer, train_step_once, (cfg, hidden_rref))
+    prof.export_chrome_trace(cfg.profile)
+    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=12))
+    print(f"profile of one training step: {cfg.profile} (open it in https://ui.perfetto.dev)")
+
+
 def run_job(
     trainers: list[str], cfg: JobConfig | None = None, show_progress: bool = True
 ) -> dict[str, Any]:
@@ -129,6 +159,8 @@ def run_job(
             bar.close()
         with _progress_lock:
             _progress["bar"] = None
+    if cfg.profile:
+        profile_one_step(cfg, hidden, trainers[0])
     stats = rpc.get_debug_info()
     ps_stats = rpc.rpc_sync(cfg.ps, rpc.get_debug_info)
     summary = {

@@ -88,15 +88,20 @@ class profile_cluster:
             else [rpc.get_worker_info(w) if isinstance(w, str) else w for w in self._workers]
         )
         try:
-            for info in infos:
-                sent = _profiling.now_ns()
-                clock = rpc.rpc_sync(info, _start_on_worker, (self._session, self.record_shapes))
-                self.offsets[info.id] = clock_offset(sent, clock, _profiling.now_ns())
-                self._started.append(info)
+            with _profiling.paused():
+                self._start_all(infos)
         except BaseException:
-            self._stop_all()
+            with _profiling.paused():
+                self._stop_all()
             raise
         return self
+
+    def _start_all(self, infos: Sequence[Any]) -> None:
+        for info in infos:
+            sent = _profiling.now_ns()
+            clock = rpc.rpc_sync(info, _start_on_worker, (self._session, self.record_shapes))
+            self.offsets[info.id] = clock_offset(sent, clock, _profiling.now_ns())
+            self._started.append(info)
 
     def _stop_all(self) -> list[pb.ProfileDump]:
         dumps = []
@@ -107,7 +112,8 @@ class profile_cluster:
         return dumps
 
     def __exit__(self, *exc: object) -> None:
-        self.dumps = self._stop_all()
+        with _profiling.paused():
+            self.dumps = self._stop_all()
         self.trace = merge_trace((d, self.offsets.get(d.rank, 0)) for d in self.dumps)
 
     def export_chrome_trace(self, path: str) -> None:

@@ -52,6 +52,9 @@ REMOTE_OP = "#remote_op: "
 #: bound keeps a stream of failures from growing the table.
 _SERVING_LIMIT = 4096
 
+#: The calls that start and stop a cluster profile: not part of it.
+_SESSION_CALLS = "gradwire.distributed.profile:"
+
 _tls = threading.local()
 _lock = threading.Lock()
 #: (callee id, message id) -> the caller's profile of a call that asked for remote events.
@@ -198,7 +201,7 @@ def serve_scope(call: pb.CallHeader, peer: int) -> Iterator[None]:
                 server.add_group(rec.events)
         return
     process = _profiling.process_recorder()
-    if process is None:
+    if process is None or call.function.startswith(_SESSION_CALLS):
         yield
         return
     ev = process.begin(f"serve#{call.function}", kind="serve")
