@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # A private Docker engine for gradwire's tests and CI on a bare Linux host (as root).
 #
-#   deploy/local-engine.sh up       # start it (idempotent), build the local base image once,
-#                                   # install the compose v2 plugin; prints the environment
-#   eval "$(deploy/local-engine.sh env)"   # DOCKER_HOST / DOCKER_CONFIG / GRADWIRE_BASE_IMAGE
+#   deploy/local-engine.sh up && eval "$(deploy/local-engine.sh env)"
+#                                   # start it (idempotent), build the local base image once,
+#                                   # install the compose v2 plugin; then DOCKER_HOST /
+#                                   # DOCKER_CONFIG / GRADWIRE_BASE_IMAGE in this shell. (`eval
+#                                   # "$(... up)"` would hide a failed start: eval of nothing is 0.)
 #   deploy/local-engine.sh status   # running or not (exit 0 / 3)
-#   deploy/local-engine.sh down     # stop the daemon this script started (by its pid file)
+#   deploy/local-engine.sh down     # stop the daemon this script started (by its pid file) and
+#                                   # remove the bridges it made (docker0, docker_gwbridge, br-*)
 #
 # The engine keeps all its state under $GRADWIRE_ENGINE_DIR (default /var/tmp/gradwire-engine):
 # its own socket, data root, exec root and pid file. It runs with --iptables=false and
 # --ip-forward=false: the host's firewall is left alone and containers reach nothing outside
-# this machine. No registry is reachable, so the base image is made here: a Debian bookworm
+# this machine. Hence every container is told "IPv4 forwarding is disabled. Networking will not
+# work.": expected here and harmless, containers of this engine reach each other on their
+# bridge or overlay network without forwarding. No registry is reachable, so the base image is made here: a Debian bookworm
 # root file system (debootstrap, from the host's own apt mirror) imported as
 # $GRADWIRE_BASE_IMAGE (default gradwire-base:bookworm). It never touches an engine it did not
 # start: another daemon's socket is never used, and `down` signals only the pid it recorded.
@@ -54,8 +59,14 @@ require_host() {
   fi
 }
 
+bridges() {  # the host's bridges that a dockerd makes
+  ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' \
+    | grep -E '^(docker0|docker_gwbridge|br-[0-9a-f]+)$' || true
+}
+
 start_daemon() {
   mkdir -p "$state/data" "$state/exec" "$DOCKER_CONFIG"
+  bridges >"$state/bridges-before"  # down removes only the bridges that appeared after
   if [ -S "$sock" ] && ! running; then
     rm -f "$sock"  # left by a daemon of ours that died
   fi
@@ -133,6 +144,7 @@ case "${1:-}" in
     build_base_image
     install_compose
     say "ready: $(docker version --format '{{.Server.Version}}'), $(docker compose version --short)"
+    say "containers will warn 'IPv4 forwarding is disabled': expected, see the top of $0"
     print_env
     ;;
   down)
@@ -145,6 +157,14 @@ case "${1:-}" in
       # dockerd leaves its network namespace mounted under the exec root: unmount what is ours.
       awk -v root="$state/" 'index($2, root) == 1 {print $2}' /proc/mounts | sort -r \
         | while read -r mnt; do umount "$mnt" 2>/dev/null || true; done
+      # and its bridges stay on the host: remove those that were not there before it started
+      if [ -f "$state/bridges-before" ]; then
+        for bridge in $(bridges); do
+          grep -qx "$bridge" "$state/bridges-before" && continue
+          ip link delete "$bridge" 2>/dev/null && say "removed bridge $bridge"
+        done
+        rm -f "$state/bridges-before"
+      fi
     else
       say "no dockerd of ours is running"
     fi
