@@ -74,6 +74,7 @@ METHODS: dict[str, str | type] = {
     "Barrier": pb.BarrierRequest,
     "GetDebugInfo": pb.DebugInfoRequest,
     "WatchControl": pb.WatchRequest,
+    "Profile": pb.ProfileWindow,
 }
 
 
