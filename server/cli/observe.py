@@ -25,10 +25,12 @@ def observe(cfg: WorkerConfig, prog: str = "gradwire-worker") -> int | None:
         None, or EXIT_CONFIG when it cannot start (the observability extra is missing, or
         the port cannot be bound).
     """
-    from gradwire import observability
-
     port = cfg.values.get("metrics_port")
+    if port is None and not cfg.values.get("tracing"):
+        return None  # nothing asked: the worker runs without the extra's modules
     try:
+        from gradwire import observability
+
         if port is not None:
             host = cfg.values.get("metrics_host") or _listen_host(cfg)
             bound = observability.start_metrics_server(port, host)
