@@ -44,6 +44,7 @@ __all__ = [
     "on_send_reply",
     "discard",
     "to_proto",
+    "add_events",
 ]
 
 #: What joins a call's key and the name of an event its callee recorded (PyTorch's string).
@@ -230,10 +231,17 @@ def discard(call: pb.CallHeader) -> None:
 def to_proto(rec: _profiling.Recorder, started: int) -> pb.ProfileEvents:
     """The ended events of ``rec`` for a reply (handled from ``started`` until now)."""
     out = pb.ProfileEvents(handled_start_ns=started, handled_end_ns=_profiling.now_ns())
-    for ev in list(rec.events):
+    add_events(out.events, rec.events, with_flow=False)
+    return out
+
+
+def add_events(into: Any, events: list[_profiling.Event], with_flow: bool) -> None:
+    """Append the ended ``events`` to the repeated ProfileEvent field ``into``; ``with_flow``
+    adds each one's kind and flow id (a cluster profile's dump)."""
+    for ev in list(events):
         if not ev.end_ns:
             continue
-        p = out.events.add(
+        p = into.add(
             name=ev.name,
             start_ns=ev.start_ns,
             end_ns=ev.end_ns,
@@ -244,4 +252,7 @@ def to_proto(rec: _profiling.Recorder, started: int) -> pb.ProfileEvents:
         )
         for shape in ev.input_shapes:
             p.input_shapes.add(dims=shape)
-    return out
+        if with_flow:
+            p.kind = ev.kind
+            if ev.flow is not None:
+                p.flow.extend(ev.flow)

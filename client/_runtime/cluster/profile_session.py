@@ -18,6 +18,7 @@ from typing import Any
 
 from ..._proto import worker_pb2 as pb
 from ...autograd import _profiling
+from ..calls.profiling import add_events
 
 __all__ = ["MAX_EVENTS", "BoundedRecorder", "start", "stop", "active_session", "dump"]
 
@@ -95,20 +96,6 @@ def dump(rec: BoundedRecorder, started: int, rank: int, name: str) -> pb.Profile
     ended = _profiling.now_ns()
     out = pb.ProfileDump(rank=rank, name=name, started_ns=started, ended_ns=ended)
     out.dropped = rec.dropped
-    for ev in list(rec.events):
-        if not ev.end_ns:
-            continue
-        p = out.events.add(
-            name=ev.name,
-            start_ns=ev.start_ns,
-            end_ns=ev.end_ns,
-            thread_id=ev.thread & 0x7FFF_FFFF_FFFF_FFFF,
-            node_id=ev.node_id,
-            kind=ev.kind,
-        )
-        for shape in ev.input_shapes:
-            p.input_shapes.add(dims=shape)
-        if ev.flow is not None:
-            p.flow.extend(ev.flow)
+    add_events(out.events, rec.events, with_flow=True)
     out.clock_ns = _profiling.now_ns()
     return out
