@@ -412,7 +412,6 @@ class profile:
         if not self.enabled or self._recorder is None:
             return
         _profiling.pop(self._prev)
-        self._end_ns = _profiling.now_ns()
 
     @property
     def function_events(self) -> EventList:

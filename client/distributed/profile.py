@@ -27,12 +27,13 @@ from typing import Any
 
 from .._proto import worker_pb2 as pb
 from .._runtime import agent as _agent
+from .._runtime.calls.profiling import clock_offset, from_proto
 from .._runtime.cluster import profile_session
 from ..autograd import _profiling
 from ..autograd.profiler import EventList, build_events
 from . import rpc
 
-__all__ = ["profile_cluster", "merge_trace", "clock_offset"]
+__all__ = ["profile_cluster", "merge_trace"]
 
 
 def _start_on_worker(session: str, record_shapes: bool) -> int:
@@ -44,15 +45,6 @@ def _stop_on_worker(session: str) -> bytes:
     """Run by profile_cluster on each worker: stop recording, return its ProfileDump."""
     agent = _agent.current("profile_cluster")
     return profile_session.stop(session, agent.rank, agent.name).SerializeToString()
-
-
-def clock_offset(sent_ns: int, worker_ns: int, received_ns: int) -> int:
-    """The worker's clock minus this one, from a call sent at ``sent_ns`` and answered at
-    ``received_ns`` (this clock) when the worker read ``worker_ns``: 0 when the reading falls
-    within the round trip (one clock: the same host)."""
-    if sent_ns <= worker_ns <= received_ns:
-        return 0
-    return worker_ns - (sent_ns + received_ns) // 2
 
 
 class profile_cluster:
@@ -100,7 +92,7 @@ class profile_cluster:
         for info in infos:
             sent = _profiling.now_ns()
             clock = rpc.rpc_sync(info, _start_on_worker, (self._session, self.record_shapes))
-            self.offsets[info.id] = clock_offset(sent, clock, _profiling.now_ns())
+            self.offsets[info.id] = clock_offset(sent, clock, clock, _profiling.now_ns())
             self._started.append(info)
 
     def _stop_all(self) -> list[pb.ProfileDump]:
@@ -127,12 +119,10 @@ class profile_cluster:
         worker's rank)."""
         raw: list[_profiling.Event] = []
         for d in self.dumps:
-            shift = self.offsets.get(d.rank, 0)
+            offset = self.offsets.get(d.rank, 0)
             for p in d.events:
-                ev = _profiling.Event(p.name, p.kind or "op", p.start_ns - shift)
-                ev.end_ns = p.end_ns - shift
-                ev.thread, ev.node_id = p.thread_id, d.rank
-                ev.input_shapes = [list(s.dims) for s in p.input_shapes]
+                ev = from_proto(p, offset)
+                ev.node_id = d.rank
                 raw.append(ev)
         origin = min((e.start_ns for e in raw), default=0)
         return build_events(raw, origin)

@@ -21,6 +21,7 @@ from typing import TextIO
 
 import grpc
 from gradwire._proto import worker_pb2 as pb
+from gradwire._runtime.calls.profiling import clock_offset
 from gradwire.distributed.profile import merge_trace
 
 from .channel import (
@@ -71,10 +72,7 @@ def _profile_one(target: Target, seconds: float, shapes: bool) -> tuple[pb.Profi
         except grpc.RpcError as exc:
             return describe_rpc_error(exc, target, "Profile")
         received = time.monotonic_ns()
-    if sent <= dump.started_ns <= dump.clock_ns <= received:
-        return dump, 0  # one clock: the same host
-    # The window began one way into the call, and the reply left one way before it arrived.
-    return dump, ((dump.started_ns - sent) + (dump.clock_ns - received)) // 2
+    return dump, clock_offset(sent, dump.started_ns, dump.clock_ns, received)
 
 
 def profile_workers(

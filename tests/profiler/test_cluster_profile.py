@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gradwire.distributed.profile import clock_offset
+from gradwire._runtime.calls.profiling import clock_offset
 from gradwire.distributed.rpc._testing import run_cluster
 
 from . import bodies
@@ -66,9 +66,10 @@ def test_one_session_at_a_time_and_nothing_left_recording(
 
 
 def test_clock_offset() -> None:
-    assert clock_offset(100, 150, 200) == 0  # within the round trip: one clock
-    assert clock_offset(100, 10_150, 200) == 10_000
-    assert clock_offset(100, -850, 200) == -1_000
+    assert clock_offset(100, 150, 150, 200) == 0  # within the round trip: one clock
+    assert clock_offset(100, 10_150, 10_150, 200) == 10_000
+    assert clock_offset(100, -850, -850, 200) == -1_000
+    assert clock_offset(100, 10_120, 10_180, 200) == 10_000  # an interval, centred
 
 
 def test_gradwire_profile_cli_merges_a_running_cluster(tmp_path: Path) -> None:

@@ -27,13 +27,14 @@ from typing import Any
 
 from ..._proto import worker_pb2 as pb
 from ...autograd import _profiling
-from ...futures import Future
 
 __all__ = [
     "REMOTE_OP",
     "rpc_key",
     "function_key",
     "CallProfile",
+    "clock_offset",
+    "from_proto",
     "begin",
     "sending",
     "awaiting",
@@ -94,7 +95,6 @@ class CallProfile:
         self.ask = rec is not _profiling.process_recorder()  # a cluster profile asks nothing
         self.peer = -1
         self.message_id = -1
-        self.ended: Future[None] = Future()
 
     def finish(self, _: Any = None) -> None:
         """End the event (the call's future completed); idempotent."""
@@ -103,27 +103,40 @@ class CallProfile:
         with _lock:
             awaiting.pop((self.peer, self.message_id), None)
         self.rec.end(self.event)
-        if not self.ended.done():
-            self.ended.set_result(None)
 
     def take(self, got: pb.ProfileEvents) -> None:
         """Add the callee's events, placed within this call's interval on this clock."""
-        start, now = self.event.start_ns, _profiling.now_ns()
-        lo, hi = got.handled_start_ns, got.handled_end_ns
-        shift = 0
-        if not (start <= lo <= hi <= now):  # not one clock (another host): centre them
-            shift = start + ((now - start) - (hi - lo)) // 2 - lo
+        offset = clock_offset(
+            self.event.start_ns, got.handled_start_ns, got.handled_end_ns, _profiling.now_ns()
+        )
         prefix = self.key + REMOTE_OP
         for p in got.events:
-            ev = _profiling.Event(prefix + p.name, "op", p.start_ns + shift)
-            ev.end_ns = p.end_ns + shift
-            ev.thread = p.thread_id
-            ev.node_id = p.node_id
-            ev.input_shapes = [list(s.dims) for s in p.input_shapes]
-            ev.cpu_memory_usage = p.cpu_memory_usage
-            ev.sequence_nr = p.sequence_nr
+            ev = from_proto(p, offset, prefix + p.name)
             ev.is_remote = True
             self.rec.add(ev)
+
+
+def clock_offset(sent_ns: int, first_ns: int, last_ns: int, received_ns: int) -> int:
+    """Another worker's clock minus this one, from a call sent at ``sent_ns`` and answered at
+    ``received_ns`` (this clock) that the worker handled from ``first_ns`` to ``last_ns`` (its
+    clock): 0 when that interval falls within the round trip (one clock: the same host), else
+    the estimate that centres it there (equal latency both ways)."""
+    if sent_ns <= first_ns <= last_ns <= received_ns:
+        return 0
+    return ((first_ns - sent_ns) + (last_ns - received_ns)) // 2
+
+
+def from_proto(p: pb.ProfileEvent, offset: int, name: str | None = None) -> _profiling.Event:
+    """An event another worker recorded, moved onto this clock (``offset``: its clock minus
+    this one)."""
+    ev = _profiling.Event(p.name if name is None else name, p.kind or "op", p.start_ns - offset)
+    ev.end_ns = p.end_ns - offset
+    ev.thread = p.thread_id
+    ev.node_id = p.node_id
+    ev.input_shapes = [list(s.dims) for s in p.input_shapes]
+    ev.cpu_memory_usage = p.cpu_memory_usage
+    ev.sequence_nr = p.sequence_nr
+    return ev
 
 
 def begin(verb: str, fn: Any, src: str, dst: str) -> CallProfile | None:
