@@ -265,6 +265,117 @@ def test_the_published_port_answers_health_inspect_and_reflection(image: str) ->
         project.down()
 
 
+def _scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Prometheus' text format as {(sample name, sorted labels): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def _sample(samples: dict[Any, float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def _worker_info(samples: dict[Any, float]) -> dict[str, str]:
+    """The labels of the gradwire_worker sample (value 1: the worker's name, rank, state)."""
+    (labels,) = [dict(k[1]) for k, v in samples.items() if k[0] == "gradwire_worker" and v == 1]
+    return labels
+
+
+#: Scrapes a worker's metrics from inside the network (by its service name), as a scraper
+#: that discovered the container by its prometheus.io labels would.
+SCRAPE_INSIDE = (
+    "import sys, urllib.request; "
+    "sys.stdout.write(urllib.request.urlopen(f'http://{sys.argv[1]}:9400/metrics', "
+    "timeout=10).read().decode())"
+)
+
+
+def test_every_worker_serves_metrics_that_count_the_jobs_calls(image: str) -> None:
+    import urllib.request
+
+    project = Project(override=LONG_JOB)
+    try:
+        up = project.popen("up", "--exit-code-from", "trainer0")
+        assert up.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 180
+        for line in up.stdout:  # every worker joined and the rounds run
+            lines.append(line)
+            if "round 5:" in line or time.monotonic() > deadline:
+                break
+        assert any("round 5:" in line for line in lines), "".join(lines)[-4000:]
+        # ps publishes its metrics port on the host's loopback
+        url = "http://127.0.0.1:9400/metrics"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            assert reply.status == 200
+            assert reply.headers["Content-Type"].startswith("text/plain")
+            first = _scrape(reply.read().decode())
+        info = _worker_info(first)
+        # the workers that serve until the job ends wait in their shutdown meanwhile
+        assert info["worker"] == "ps" and info["rank"] == "0", info
+        assert info["state"] in ("RUNNING", "SHUTTING_DOWN"), info
+        assert _sample(first, "gradwire_peers", state="alive") == 3
+        # trainer0 called ps in each of at least 5 rounds: ps ran those calls for it
+        served = _sample(
+            first, "gradwire_rpc_server_calls_started_total", verb="rpc", peer="trainer0"
+        )
+        assert served >= 5, sorted(k for k in first if "server" in k[0])
+        assert (
+            _sample(first, "gradwire_rpc_server_calls_failed_total", verb="rpc", peer="trainer0")
+            == 0
+        )
+        assert (
+            _sample(first, "gradwire_bytes_received_total", route="grpc")
+            + _sample(first, "gradwire_bytes_received_total", route="fast_lane")
+            > 0
+        )
+        # the driver and a trainer, scraped from inside the network by name
+        scraped = {}
+        for name in ("trainer0", "trainer1"):
+            got = project.run("exec", "-T", "ps", "python", "-c", SCRAPE_INSIDE, name, timeout=60)
+            assert got.returncode == 0, got.stdout + got.stderr
+            scraped[name] = _scrape(got.stdout)
+        driver = scraped["trainer0"]
+        for peer in ("ps", "trainer1", "worker3"):  # one rpc_sync to each per round
+            made = _sample(
+                driver, "gradwire_rpc_client_calls_started_total", verb="rpc_sync", peer=peer
+            )
+            done = _sample(
+                driver, "gradwire_rpc_client_calls_finished_total", verb="rpc_sync", peer=peer
+            )
+            assert made >= served - 1 and made >= 5, (peer, made, served)
+            assert done >= made - 1, (peer, made, done)  # at most the call in flight
+            count = _sample(
+                driver, "gradwire_rpc_client_call_seconds_count", verb="rpc_sync", peer=peer
+            )
+            assert count == done, (peer, count, done)
+        trainer1 = scraped["trainer1"]
+        assert _worker_info(trainer1)["worker"] == "trainer1"
+        assert (
+            _sample(
+                trainer1, "gradwire_rpc_server_calls_started_total", verb="rpc", peer="trainer0"
+            )
+            >= 5
+        )
+        # counters move with the job: a later scrape of ps counts more calls
+        time.sleep(2)
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            later = _scrape(reply.read().decode())
+        assert (
+            _sample(later, "gradwire_rpc_server_calls_started_total", verb="rpc", peer="trainer0")
+            > served
+        )
+        up.kill()
+        up.communicate(timeout=60)
+    finally:
+        project.down()
+
+
 def _env_file_token() -> str:
     for line in Path(ENV_FILE).read_text().splitlines():
         if line.startswith("GRADWIRE_TOKEN="):

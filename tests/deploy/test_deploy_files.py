@@ -72,16 +72,23 @@ def test_compose_services_form_one_cluster(compose: dict[str, Any]) -> None:
         check_env(e, f"service {name}")
 
 
-def test_compose_same_image_private_network_one_published_port(compose: dict[str, Any]) -> None:
+def test_compose_same_image_private_network_ps_publishes_on_loopback(
+    compose: dict[str, Any],
+) -> None:
     services = compose["services"]
     assert {s["image"] for s in services.values()} == {"gradwire:latest"}
     assert [n for n, s in services.items() if "build" in s] == ["ps"]
     assert services["ps"]["build"]["dockerfile"] == "deploy/Dockerfile"
     published = {n: s["ports"] for n, s in services.items() if s.get("ports")}
-    assert list(published) == ["ps"] and len(published["ps"]) == 1
-    host_ip, host_port, container_port = published["ps"][0].split(":")
-    assert host_ip == "127.0.0.1"
-    assert container_port == services["ps"]["environment"]["GRADWIRE_LISTEN"].rpartition(":")[2]
+    assert list(published) == ["ps"]
+    env = services["ps"]["environment"]
+    ports = {}
+    for spec in published["ps"]:
+        host_ip, host_port, container_port = spec.split(":")
+        assert host_ip == "127.0.0.1", spec  # inspection and scraping from the host only
+        ports[container_port] = host_port
+    # the gRPC port for inspection and the metrics port for a scraper, nothing else
+    assert set(ports) == {env["GRADWIRE_LISTEN"].rpartition(":")[2], env["GRADWIRE_METRICS_PORT"]}
     assert all(s["networks"] == ["gradwire"] for s in services.values())
     assert compose["networks"]["gradwire"]["driver"] == "bridge"
 
@@ -222,11 +229,62 @@ def test_dockerfile_entrypoint_env_and_healthcheck_match_the_cli() -> None:
     env_lines = [r for w, r in dockerfile() if w == "ENV"]
     env = dict(pair.split("=", 1) for r in env_lines for pair in shlex.split(r))
     check_env(env, "deploy/Dockerfile")
-    assert env["GRADWIRE_LISTEN"].rpartition(":")[2] == steps["EXPOSE"]
+    assert steps["EXPOSE"].split() == [env["GRADWIRE_LISTEN"].rpartition(":")[2], METRICS_PORT]
     cmd = steps["HEALTHCHECK"].split("CMD", 1)[1].strip()
     args = parses(yaml.safe_load(cmd))
     assert args.command == "health" and args.rendezvous and not args.live
     assert float(args.timeout) < 4
+
+
+# -- metrics (docs/observability.md) -------------------------------------------------------------
+
+#: The port every deployment serves Prometheus metrics on.
+METRICS_PORT = "9400"
+SCRAPE = {"prometheus.io/scrape": "true", "prometheus.io/port": METRICS_PORT}
+
+
+def test_the_image_has_the_observability_extra() -> None:
+    steps = dockerfile()
+    wheels = [r for w, r in steps if w == "RUN" and "pip wheel" in r]
+    installs = [r for w, r in steps if w == "RUN" and "pip install" in r]
+    assert wheels and all('".[observability]"' in r for r in wheels), wheels
+    assert installs and all('"gradwire[observability]"' in r for r in installs), installs
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "observability" in extras["optional-dependencies"]
+
+
+def _metrics_env(env: dict[str, Any], where: str) -> None:
+    assert str(env.get("GRADWIRE_METRICS_PORT")) == METRICS_PORT, where
+    assert env.get("GRADWIRE_METRICS_HOST") == "0.0.0.0", where  # reachable by a scraper
+    # the worker reads them as it would from this environment (a port, an address)
+    settings = {s.env: s for s in WORKER_SETTINGS}
+    assert settings["GRADWIRE_METRICS_PORT"].convert(METRICS_PORT) == int(METRICS_PORT)
+    assert settings["GRADWIRE_METRICS_HOST"].convert(env["GRADWIRE_METRICS_HOST"])
+
+
+def test_every_compose_and_stack_worker_serves_metrics_and_says_where(
+    compose: dict[str, Any], stack: dict[str, Any]
+) -> None:
+    for name, s in compose["services"].items():
+        _metrics_env(s["environment"], f"compose {name}")
+        assert SCRAPE.items() <= s["labels"].items(), name
+        assert s["labels"]["prometheus.io/path"] == "/metrics", name
+    for name, s in stack["services"].items():
+        _metrics_env(s["environment"], f"stack {name}")
+        # swarm service labels (deploy.labels) are what dockerswarm_sd_configs sees
+        assert SCRAPE.items() <= s["deploy"]["labels"].items(), name
+
+
+def test_every_k8s_pod_serves_metrics_with_scrape_annotations(
+    k8s: dict[str, dict[str, Any]],
+) -> None:
+    for kind in ("StatefulSet/gradwire", "Job/gradwire-driver"):
+        template = k8s[kind]["spec"]["template"]
+        assert SCRAPE.items() <= template["metadata"]["annotations"].items(), kind
+        (c,) = template["spec"]["containers"]
+        _metrics_env(container_env(c), kind)
+        ports = {p["name"]: str(p["containerPort"]) for p in c["ports"]}
+        assert ports["metrics"] == METRICS_PORT, kind
 
 
 # -- deploy/k8s ----------------------------------------------------------------------------------
