@@ -173,3 +173,38 @@ def test_a_grpc_call_keeps_its_timeout_to_an_address_that_never_answers(kind: st
         listener.close()
         for s in held:
             s.close()
+
+
+@pytest.mark.parametrize("delay", [0.6, 1.5])
+def test_a_grpc_call_waits_for_a_peer_that_answers_its_connection_late(delay: float) -> None:
+    """Issue 38's start-up failure, without the load: a peer that accepts a connection at once
+    but sends its first HTTP/2 frame (SETTINGS) only ``delay`` seconds later, as a worker does
+    when 32 to 64 workers on 2 cores open their ~1,000 connections at once. A call whose
+    timeout leaves room for that must be answered, not fail with UNAVAILABLE because the
+    channel gave up on the connection first (its minimum connect timeout was 200 ms)."""
+    from concurrent import futures
+
+    import grpc
+    from gradwire._runtime.transport.transport import Transport
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from rpc.listeners import slow_proxy
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    listener, held = slow_proxy(("127.0.0.1", port), delay)
+    transport = Transport(rpc.GrpcRpcBackendOptions(token="t", use_unix_socket=False), 0)
+    try:
+        started = time.monotonic()
+        raw = transport.health(f"127.0.0.1:{listener.getsockname()[1]}", delay + 5.0)
+        elapsed = time.monotonic() - started
+        reply = health_pb2.HealthCheckResponse.FromString(raw)
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        assert delay <= elapsed < delay + 5.0, elapsed
+    finally:
+        transport.close()
+        listener.close()
+        for s in held:
+            s.close()
+        server.stop(0)

@@ -66,32 +66,23 @@ def all_to_all(rank: int, world_size: int) -> list[str]:
     return wrong
 
 
-def connect_all(rank: int, world_size: int) -> int:
-    """Reach every other worker once; the attempts that failed to connect.
-
-    Known defect (benchmarks/RESULTS.md, "ninth session"): when 32 workers on 2 cores open
-    their ~1,000 connections at once, a gRPC connection attempt may time out "before receiving
-    SETTINGS frame" (the channels' 200 ms minimum connect timeout), and a call made meanwhile
-    fails fast with WorkerUnavailableError. This test is about what 32 connected workers do,
-    so it waits for the connections first and reports how many attempts that took."""
-    failed = 0
+def connect_all(rank: int, world_size: int) -> list[str]:
+    """Reach every other worker once, all 32 workers at once: ~1,000 gRPC connections opened
+    together on 2 cores. The calls that failed (none may: a peer slow to answer its connection
+    is not an unavailable one; before issue 38's fix a connection attempt gave up after 200 ms
+    "before receiving SETTINGS frame" and the call failed with WorkerUnavailableError)."""
+    failed = []
     for r in range(world_size):
-        if r == rank:
-            continue
-        for attempt in range(40):
+        if r != rank:
             try:
                 rpc.rpc_sync(f"worker{r}", total, (gw.ones(1),))
-                break
-            except WorkerUnavailableError:
-                if attempt == 39:
-                    raise
-                failed += 1
-                time.sleep(0.25)
+            except WorkerUnavailableError as exc:
+                failed.append(f"worker{r}: {exc}")
     return failed
 
 
 def cluster(rank: int, world_size: int, big: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"connect_retries": connect_all(rank, world_size)}
+    out: dict[str, Any] = {"connect_failed": connect_all(rank, world_size)}
     out["a2a_wrong"] = all_to_all(rank, world_size)
     if rank != 0:
         return out  # graceful shutdown waits for rank 0's checks, serving meanwhile

@@ -34,9 +34,8 @@ def test_32_workers_all_to_all_fan_in_rrefs_and_a_distributed_backward() -> None
     for r in results:
         assert r.error is None, r.error
         assert r.exitcode == 0, f"worker{r.rank} exited with {r.exitcode}"
+        assert r.value["connect_failed"] == [], (r.rank, r.value["connect_failed"])
         assert r.value["a2a_wrong"] == [], (r.rank, r.value["a2a_wrong"])
-    retries = sum(r.value["connect_retries"] for r in results)
-    print(f"32 workers: {retries} connection attempts failed before every worker reached all")
     out = results[0].value
     assert out["fanin_done"] and out["fanin_wrong"] == []
     assert out["big_sums"] == [float(big // 4)]

@@ -89,6 +89,8 @@ STREAM_READERS = 32
 #: How long a peer whose connection looks stuck has to answer a health check before the
 #: connection is shut down (``Transport.drop_stuck``).
 STUCK_PROBE_SECONDS = 0.5
+#: How long one gRPC connection attempt waits for the peer's first frame (``channel_options``).
+CONNECT_TIMEOUT_SECONDS = 10.0
 #: Seconds a peer's fast-lane port has to accept the first connection (else its main port).
 PROBE_SECONDS = 3.0
 _NO_PIN: AbstractContextManager[Any] = nullcontext()
@@ -111,8 +113,14 @@ def channel_options(options: GrpcRpcBackendOptions) -> list[tuple[str, Any]]:
         # After a partition heals, a channel waits out its reconnect backoff (gRPC's default
         # grows to 120 s) and fails calls fast meanwhile; between workers, retry within ~2 s.
         ("grpc.initial_reconnect_backoff_ms", 200),
-        ("grpc.min_reconnect_backoff_ms", 200),
         ("grpc.max_reconnect_backoff_ms", 2_000),
+        # gRPC reads this one as the *connect timeout*: how long one connection attempt may
+        # wait for the peer's first HTTP/2 frame. A slow peer (dozens of workers on a few
+        # cores opening their connections at once) is not a dead one: at 200 ms the channel
+        # gave up on it and failed every call meanwhile with UNAVAILABLE (issue 38). Calls
+        # keep their own deadlines; a dead peer refuses at once, and a lost one gets a new
+        # channel, so this bounds only how long a black-holed attempt waits before the next.
+        ("grpc.min_reconnect_backoff_ms", int(CONNECT_TIMEOUT_SECONDS * 1000)),
     ]
     if options.tls_server_name:
         opts.append(("grpc.ssl_target_name_override", options.tls_server_name))
