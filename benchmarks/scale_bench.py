@@ -23,6 +23,9 @@ worker's ``/proc`` entries, so no framework measures itself):
   fanin_cps     fan-in, the parameter-server pattern: worker 0 calls a noop on every other
                 worker ``--calls`` times each, ``--inflight`` calls in flight; calls per second
   fanin_p50/p99 those calls' latencies (ms), from start to the future's callback
+  fanin CPU/call the CPU time worker 0 (caller) and all the others (callees) spent during the
+                fan-in, per call (us): with 2 cores, calls/s can be no more than
+                2 s / (caller + callees) and 1 s / caller
   fanout_ms     fan-out: worker 0 ``remote()`` a 1000-element tensor on every other worker,
                 then ``to_here()`` each; the median of 5 such sweeps
   shutdown_s    graceful ``shutdown()``, from the barrier before it until every worker returned
@@ -202,6 +205,8 @@ def _worker(
         if rank == 0:
             for key, value in _fan_in(rpc, n, args["calls"], args["inflight"]).items():
                 out.put((rank, key, value))
+        barrier.wait(timeout)  # the parent reads the fan-in's CPU time
+        if rank == 0:
             out.put((rank, "fanout", _fan_out(rpc, lib, n)))
         barrier.wait(timeout)
         rpc.shutdown()
@@ -303,9 +308,15 @@ def run_one(contestant: str, n: int, args: dict[str, int], deadline: float) -> d
         result["rss_mib"] = statistics.median(s[0] for s in statuses)
         result["threads"] = max(s[1] for s in statuses)
         wait_barrier()
+        cpu = [_cpu_seconds(pid) for pid in pids]
         wait_barrier()
         for key in ("fanin_cps", "fanin_p50_ms", "fanin_p99_ms"):
             result[key] = collect(key, 1)[0]
+        wait_barrier()  # the fan-in is over: what it cost the caller and the callees
+        cpu = [_cpu_seconds(pid) - c for pid, c in zip(pids, cpu)]
+        calls = args["calls"] * (n - 1)
+        result["fanin_caller_us"] = 1e6 * cpu[0] / calls
+        result["fanin_callees_us"] = 1e6 * sum(cpu[1:]) / calls
         result["fanout_ms"] = 1e3 * collect("fanout", 1)[0]
         wait_barrier()
         t = time.time()
@@ -335,6 +346,8 @@ _COLUMNS = (
     ("idle_cpu_s", "idle CPU-s (3 s)", "{:.3f}"),
     ("a2a_ms", "all-to-all (ms)", "{:.2f}"),
     ("fanin_cps", "fan-in calls/s", "{:,.0f}"),
+    ("fanin_caller_us", "fan-in CPU/call, caller (us)", "{:.0f}"),
+    ("fanin_callees_us", "fan-in CPU/call, callees (us)", "{:.0f}"),
     ("fanin_p50_ms", "fan-in p50 (ms)", "{:.1f}"),
     ("fanin_p99_ms", "fan-in p99 (ms)", "{:.1f}"),
     ("fanout_ms", "fan-out (ms)", "{:.1f}"),
