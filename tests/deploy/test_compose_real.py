@@ -182,18 +182,25 @@ services:
 """
 
 
+def _up_until_round(project: Project, rounds: int) -> tuple[subprocess.Popen[str], list[str]]:
+    """``compose up`` of the long job, read until it printed round ``rounds`` (every worker
+    joined and the rounds run) or 180 s passed; the process and the lines read."""
+    up = project.popen("up", "--exit-code-from", "trainer0")
+    assert up.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 180
+    for line in up.stdout:
+        lines.append(line)
+        if f"round {rounds}:" in line or time.monotonic() > deadline:
+            break
+    assert any(f"round {rounds}:" in line for line in lines), "".join(lines)[-4000:]
+    return up, lines
+
+
 def test_a_worker_killed_mid_job_fails_the_job_and_nothing_hangs(image: str) -> None:
     project = Project(override=LONG_JOB)
     try:
-        up = project.popen("up", "--exit-code-from", "trainer0")
-        assert up.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 180
-        for line in up.stdout:  # wait until the job is in its rounds
-            lines.append(line)
-            if "round 3:" in line or time.monotonic() > deadline:
-                break
-        assert any("round 3:" in line for line in lines), "".join(lines)[-4000:]
+        up, lines = _up_until_round(project, 3)
         killed_at = time.monotonic()
         kill = project.run("kill", "trainer1", timeout=60)
         assert kill.returncode == 0, kill.stderr
@@ -230,11 +237,7 @@ def _gradwire(*args: str, token: str | None) -> subprocess.CompletedProcess[str]
 def test_the_published_port_answers_health_inspect_and_reflection(image: str) -> None:
     project = Project(override=LONG_JOB)
     try:
-        up = project.popen("up", "--exit-code-from", "trainer0")
-        assert up.stdout is not None
-        for line in up.stdout:  # the job is running: every worker joined
-            if "round 2:" in line:
-                break
+        up, _ = _up_until_round(project, 2)  # the job is running: every worker joined
         token = _env_file_token()
         address = "127.0.0.1:29500"  # ps publishes it on the host's loopback only
         health = _gradwire("health", address, "--timeout", "10", token=None)
@@ -300,15 +303,7 @@ def test_every_worker_serves_metrics_that_count_the_jobs_calls(image: str) -> No
 
     project = Project(override=LONG_JOB)
     try:
-        up = project.popen("up", "--exit-code-from", "trainer0")
-        assert up.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 180
-        for line in up.stdout:  # every worker joined and the rounds run
-            lines.append(line)
-            if "round 5:" in line or time.monotonic() > deadline:
-                break
-        assert any("round 5:" in line for line in lines), "".join(lines)[-4000:]
+        up, _ = _up_until_round(project, 5)
         # ps publishes its metrics port on the host's loopback
         url = "http://127.0.0.1:9400/metrics"
         with urllib.request.urlopen(url, timeout=10) as reply:
