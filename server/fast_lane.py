@@ -60,6 +60,7 @@ from .servicer import (
     fetch_answer,
     lenient,
     remote_ack_frame,
+    serve_pipe_call,
     status_for,
 )
 
@@ -404,6 +405,25 @@ def _lane_server(agent: Any, lane: _Lane) -> Callable[[str, bytes], bytes]:
     return serve
 
 
+def _lane_pipe_server(agent: Any) -> Callable[[str, bytes, Any], None]:
+    """``BulkLane.serve_pipe`` of ``agent``: a call that came on a lane pipe, admitted and
+    served on the pool as a ``CallPipe`` call is (``serve_pipe_call``), its reply posted to the
+    pipe's writer. Only Python calls come this way (anything else breaks the pipe: raises)."""
+
+    def serve(peer: str, raw: bytes, writer: Any) -> None:
+        if not agent.is_ready():  # a call before the rendezvous ended waits for it (admit
+            agent.wait_ready_blocking(agent.options.init_timeout)  # refuses it if in vain)
+        known = agent.by_name.get(peer)
+        caller = known.id if known is not None and agent.is_member(known.id) else -1
+        frame = decode_frame(raw)
+        header = frame.header
+        if not header.HasField("call") or header.call.kind != pb.CALL_KIND_PYTHON:
+            raise ValueError("a lane pipe carries Python calls only")
+        serve_pipe_call(agent, frame, caller, writer)
+
+    return serve
+
+
 def start_fast_lane(agent: Any) -> grpc.Server | None:
     """Start the fast lane of ``agent`` (before the rendezvous, which advertises it): on
     ``agent.local_call_address`` for same-host peers, and on a TCP port of the main server's
@@ -413,6 +433,7 @@ def start_fast_lane(agent: Any) -> grpc.Server | None:
     lane = _Lane(agent)
     if agent.bulk_lane is not None:  # calls to the fast lane over TCP may come on it instead
         agent.bulk_lane.serve_call = _lane_server(agent, lane)
+        agent.bulk_lane.serve_pipe = _lane_pipe_server(agent)
     address = agent.local_call_address
     tcp = agent.options.fast_lane_tcp and not agent.options.tls_enabled
     if not address and not tcp:

@@ -49,7 +49,7 @@ from gradwire.futures import Future
 
 from .interceptors import CALLER_KEY, has_token
 
-__all__ = ["WorkerServicer", "status_for", "caller_from_metadata"]
+__all__ = ["WorkerServicer", "status_for", "caller_from_metadata", "serve_pipe_call"]
 
 log = logging.getLogger(__name__)
 #: The longest window of the Profile method (gradwire profile --seconds).
@@ -107,6 +107,53 @@ def _value_or_error(fut: Future[Any], callee: Any, call: pb.CallHeader) -> Any:
         return fut.value()
     except BaseException as exc:  # noqa: BLE001 - the caller gets it as its error
         return callee.encode_error(call, exc)
+
+
+def serve_pipe_call(agent: Any, frame: Frame, caller: int, replies: Any) -> None:
+    """Admit a pipe's Python call and serve it on the pool, which posts its encoded reply to
+    ``replies.post`` (a reply that comes later is posted when it does, holding no thread
+    meanwhile). From the I/O loop (a gRPC ``CallPipe``) or a bulk lane's reader (a lane
+    pipe)."""
+    callee = agent.callee
+    call = frame.header.call
+
+    def error_frame(exc: BaseException) -> Frame:
+        return one_frame(*callee.encode_error(call, exc))
+
+    try:
+        callee.admit(caller)
+    except GradwireError as exc:
+        replies.post(encode_frame(error_frame(exc)))
+        return
+
+    def finish(reply: Any) -> None:  # any thread: the reply is there
+        encoded = None
+        try:
+            if not isinstance(reply, Frame):
+                reply = callee.reply_frame(reply, call, caller)
+            encoded = encode_frame(reply)
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it as its error
+            reply = error_frame(exc)
+            encoded = encode_frame(reply)
+        finally:
+            callee.leave(caller, reply is None or failed_reply(reply))
+            replies.post(encoded)
+
+    def run() -> None:  # on the pool
+        try:
+            reply = callee.handle(frame, caller)
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it as its error
+            reply = callee.encode_error(call, exc)
+        if isinstance(reply, Future):  # @async_execution, or RRef arguments to confirm
+            reply.add_done_callback(lambda f: finish(_value_or_error(f, callee, call)))
+        else:
+            finish(reply)
+
+    try:
+        agent.pool.submit(run)
+    except RuntimeError as exc:  # the pool closed: the worker is stopping
+        callee.leave(caller, True)
+        replies.post(encode_frame(error_frame(exc)))
 
 
 class _PipeReplies:
@@ -307,49 +354,7 @@ class WorkerServicer:
                 task.cancel()
 
     def _pipe_call(self, frame: Frame, caller: int, replies: _PipeReplies) -> None:
-        """On the I/O loop: admit a pipe's Python call and serve it on the pool, which posts
-        its encoded reply (a reply that comes later is posted when it does, holding no
-        thread meanwhile)."""
-        callee = self._agent.callee
-        call = frame.header.call
-
-        def error_frame(exc: BaseException) -> Frame:
-            return one_frame(*callee.encode_error(call, exc))
-
-        try:
-            callee.admit(caller)
-        except GradwireError as exc:
-            replies.post(encode_frame(error_frame(exc)))
-            return
-
-        def finish(reply: Any) -> None:  # any thread: the reply is there
-            encoded = None
-            try:
-                if not isinstance(reply, Frame):
-                    reply = callee.reply_frame(reply, call, caller)
-                encoded = encode_frame(reply)
-            except BaseException as exc:  # noqa: BLE001 - the caller gets it as its error
-                reply = error_frame(exc)
-                encoded = encode_frame(reply)
-            finally:
-                callee.leave(caller, reply is None or failed_reply(reply))
-                replies.post(encoded)
-
-        def run() -> None:  # on the pool
-            try:
-                reply = callee.handle(frame, caller)
-            except BaseException as exc:  # noqa: BLE001 - the caller gets it as its error
-                reply = callee.encode_error(call, exc)
-            if isinstance(reply, Future):  # @async_execution, or RRef arguments to confirm
-                reply.add_done_callback(lambda f: finish(_value_or_error(f, callee, call)))
-            else:
-                finish(reply)
-
-        try:
-            self._agent.pool.submit(run)
-        except RuntimeError as exc:  # the pool closed: the worker is stopping
-            callee.leave(caller, True)
-            replies.post(encode_frame(error_frame(exc)))
+        serve_pipe_call(self._agent, frame, caller, replies)
 
     async def _pipe_reply(self, frame: Frame, caller: int) -> Frame:
         """The reply frame of a pipe's control message or remote() (an error reply for a

@@ -552,6 +552,8 @@ class Agent:
             bulk_address=self._listen_bulk(),
             call_address=self._call_address(),
         )
+        # Its lane serves pipes when it serves calls (the fast lane's server installs both).
+        me.lane_pipe = bool(me.bulk_address) and self.options.lane_calls
         publish_devices(me, self.options.device_maps, self.options.devices)
         timeout = self.options.init_timeout
         if self.plan.store_file:

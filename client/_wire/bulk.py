@@ -114,7 +114,8 @@ def count(what: str, nbytes: int = 0) -> None:
 def stats() -> dict[str, int]:
     """This process' counters: transfers and bytes sent, received, taken, ``fallback`` (the lane
     could not send: the bytes streamed), ``refused`` and ``failed``; calls answered on the
-    lane (``calls``) and served there (``calls_served``); remote() answers left parked
+    lane (``calls``) and served there (``calls_served``), calls served on a lane pipe
+    (``pipe_calls_served``); remote() answers left parked
     (``parked``), calls sent right behind one (``behind``), and parked answers handed to a
     reader thread (``handed_over``)."""
     with _counts_lock:

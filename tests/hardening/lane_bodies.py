@@ -30,11 +30,16 @@ def lane_count() -> int:
     return int(rpc.get_debug_info()["calls_served_fast_lane"])
 
 
+def pipe_count() -> int:
+    return int(rpc.get_debug_info()["bulk_lane"]["counters"].get("pipe_calls_served", 0))
+
+
 def routing(rank: int, world_size: int) -> Any:
     """Rank 0 calls rank 1 in every way; how many of them the fast lane served."""
     if rank != 0:
         return None
     before = rpc.rpc_sync(1, lane_count)
+    piped = rpc.rpc_sync(1, pipe_count)
     plain = [rpc.rpc_sync(1, echo, (i,)) for i in range(5)]
     plain += [rpc.rpc_async(1, echo, (i,)).wait() for i in range(5, 10)]
     big = np.arange(300_000, dtype=np.float64)  # 2.4 MB: a reply parked behind FetchReply
@@ -44,6 +49,7 @@ def routing(rank: int, world_size: int) -> Any:
     owner = rpc.remote(0, echo, ([1, 2, 3],))
     with_rref = rpc.rpc_sync(1, rref_len, (owner,))
     after = rpc.rpc_sync(1, lane_count)
+    piped = rpc.rpc_sync(1, pipe_count) - piped
     return {
         "plain": plain,
         "big_equal": same,
@@ -51,6 +57,7 @@ def routing(rank: int, world_size: int) -> Any:
         "with_rref": with_rref,
         # lane_count itself is a plain call: the one that read `before` counted.
         "lane_calls": after - before,
+        "pipe_calls": piped,
     }
 
 

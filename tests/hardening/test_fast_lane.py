@@ -34,11 +34,12 @@ def test_plain_calls_take_the_fast_lane_and_deferred_ones_do_not(options: dict[s
     assert r["big_equal"] is True
     assert r["deferred"] == [1, 2, 3, 1, 2, 3]
     assert r["with_rref"] == 3
-    # The 5 plain rpc_sync calls, the big echo, the lane_count call that read `before` and
-    # the 5 plain rpc_async calls (one in flight at a time: each finds the bulk lane's call
-    # connection idle, and the lane's calls are served as the fast lane's); not the six
+    # The 5 plain rpc_sync calls, the big echo, the lane_count and pipe_count calls that read
+    # `before` (on the bulk lane, served as the fast lane's); not the 5 plain rpc_async calls
+    # (on the bulk lane's pipe: served on the pool, as the gRPC pipe's are), nor the six
     # @async_execution calls nor the call with an RRef argument (asyncio server).
-    assert r["lane_calls"] == 12
+    assert r["lane_calls"] == 8
+    assert r["pipe_calls"] == 5
 
 
 def test_no_fast_lane_without_unix_sockets_and_its_tcp_port() -> None:
@@ -47,6 +48,7 @@ def test_no_fast_lane_without_unix_sockets_and_its_tcp_port() -> None:
     r = results[0].value
     assert r["plain"] == list(range(10)) and r["deferred"] == [1, 2, 3, 1, 2, 3]
     assert r["lane_calls"] == 0
+    assert r["pipe_calls"] == 0  # no fast lane: rpc_async takes the gRPC pipe
 
 
 def _solo(token: str = "the-token", **overrides: Any) -> Any:
@@ -201,15 +203,14 @@ ROUTES = {
         True,
     ),
     # rpc_async's call pipe is served by the asyncio server, over the Unix socket or TCP (the
-    # test keeps these calls off the bulk lane: LANE_ASYNC_PER_PEER = 0).
+    # test keeps these calls off the bulk lane: ASYNC_ON_LANE = False).
     "pipe-unix": (_async, {"single_frame_bytes": 4096}, False, True),
     "pipe-tcp": (_async, {"single_frame_bytes": 4096, "use_unix_socket": False}, False, True),
-    # rpc_async, one call in flight: on the bulk lane's idle call connection, served as the
-    # fast lane serves a call.
-    "async-lane-tcp": (
+    # rpc_async on the bulk lane's pipe, served on the pool as the gRPC pipe's calls are.
+    "async-lane-pipe-tcp": (
         _async,
         {"single_frame_bytes": 4096, "use_unix_socket": False},
-        True,
+        False,
         True,
     ),
     "framed-stream": (_sync, {"single_frame_bytes": 0}, False, False),
@@ -231,7 +232,7 @@ def test_plain_calls_keep_every_outcome_of_the_general_path(
 
     monkeypatch.setattr(Callee, "serve_plain", serve_plain)
     if route.startswith("pipe"):
-        monkeypatch.setattr(caller_mod, "LANE_ASYNC_PER_PEER", 0)
+        monkeypatch.setattr(caller_mod, "ASYNC_ON_LANE", False)
     _solo(**options)
     try:
         # A blocking call first opens the connections later calls may find idle (an

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import time
@@ -212,3 +213,37 @@ def async_call_to_killed_peer(rank: int, world_size: int) -> str:
         rpc.shutdown(graceful=False)
         return str(exc)
     raise AssertionError("call to a dying worker did not fail")
+
+
+def pipe_calls_served() -> int:
+    return int(rpc.get_debug_info()["bulk_lane"]["counters"].get("pipe_calls_served", 0))
+
+
+def fan_in_on_lane_pipes(rank: int, world_size: int) -> Any:
+    """Rank 0 keeps 64 rpc_async calls in flight to the others, 600 in all, twice (the first
+    round opens the connections; an rpc_async never waits for one); what the peers served on
+    their lane pipes and how this worker read the replies."""
+    if rank != 0:
+        return None
+    from gradwire._runtime import agent as agent_mod
+
+    peers = [f"worker{r}" for r in range(1, world_size)]
+    before = [rpc.rpc_sync(p, pipe_calls_served) for p in peers]
+    results: list[Any] = []
+    slots = threading.Semaphore(64)
+    for _ in range(2):
+        futs = []
+        for i in range(600):
+            slots.acquire()
+            fut = rpc.rpc_async(peers[i % len(peers)], operator.mul, (i, 2))
+            fut.add_done_callback(lambda _f: slots.release())
+            futs.append(fut)
+        results = [f.wait() for f in futs]
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    return {
+        "results_ok": results == [2 * i for i in range(600)],
+        "served": [rpc.rpc_sync(p, pipe_calls_served) - b for p, b in zip(peers, before)],
+        "pipes": sorted(lane._pipes),
+        "readers": sum(t.name.startswith("gradwire-lane-pipes") for t in threading.enumerate()),
+    }

@@ -363,12 +363,14 @@ def test_a_tensor_finding_every_connection_busy_streams() -> None:
     lane = agent_mod.current().bulk_lane
     assert lane is not None
     address = agent_mod.current().by_name[PEER].bulk_address
-    # Every connection for transfers, and for calls (rpc_sync's arguments go on its own).
+    # Every connection for transfers, and for calls (rpc_sync's arguments go on its own), but
+    # the one this worker's lane pipe to the peer holds, if it has one.
+    piped = 1 if PEER in lane._pipes else 0
     busy = [
         (calls, lane._take(PEER, address, calls))
         for calls, n in (
             (False, bulk_lane.CONNECTIONS_PER_PEER),
-            (True, bulk_lane.CALL_CONNECTIONS_PER_PEER),
+            (True, bulk_lane.CALL_CONNECTIONS_PER_PEER - piped),
         )
         for _ in range(n)
     ]
@@ -393,7 +395,7 @@ def test_large_replies_finding_every_connection_busy_all_stream_at_once(
     """The peer's replies stream in their frames when its connections to this worker are all
     busy; ready at the same moment on one call pipe, each must still arrive (every call on
     the pipe: none on a lane call connection, whose reply's tensors would go on it)."""
-    monkeypatch.setattr(caller_mod, "LANE_ASYNC_PER_PEER", 0)
+    monkeypatch.setattr(caller_mod, "ASYNC_ON_LANE", False)
     parties, n = 6, 3 * MiB // 8  # each reply fits one frame (single_frame_bytes, 4 MiB)
     assert rpc.rpc_sync(PEER, hold_connections, (MAIN,)) == bulk_lane.CONNECTIONS_PER_PEER
     try:

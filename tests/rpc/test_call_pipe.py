@@ -41,7 +41,7 @@ def solo(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _every_call_on_the_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests are about the pipe: no rpc_async goes on the bulk lane's idle connections."""
-    monkeypatch.setattr(caller_mod, "LANE_ASYNC_PER_PEER", 0)
+    monkeypatch.setattr(caller_mod, "ASYNC_ON_LANE", False)
 
 
 def _pipes() -> int:

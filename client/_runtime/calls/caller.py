@@ -63,8 +63,9 @@ def _left_of(timeout: float | None, started: float) -> float | None:
     return None if timeout is None else max(0.001, timeout - (time.monotonic() - started))
 
 
-#: rpc_async calls in flight to one peer that go on its bulk lane (the rest go on the pipe).
-LANE_ASYNC_PER_PEER = 2
+#: rpc_async calls that can go on the peer's lane pipe do (``transport.lane_pipe``); tests turn
+#: it off to keep them on the gRPC pipe.
+ASYNC_ON_LANE = True
 
 
 class Caller:
@@ -93,8 +94,6 @@ class Caller:
         self._abandon = abandon
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        #: peer id -> rpc_async calls in flight to it on its bulk lane
-        self._lane_async: dict[int, int] = {}
         self.pending: dict[int, Future[Any]] = {}
         #: message id -> destination worker id, for failing one peer's calls (liveness).
         self._dest: dict[int, int] = {}
@@ -294,50 +293,19 @@ class Caller:
                 complete()
 
         encoded = encode_frame(frame)
-        if lane_ok and self._lane_slot(peer.id):
-            # The first few calls in flight to a peer go on its bulk lane: written from this
-            # thread, served on the callee's lane reader as they arrive, the reply read by one
-            # reader thread here (three thread wake-ups a call, where the pipe takes about
-            # nine); more at once go on the pipe, whose batches serve many calls per wake-up.
-
-            def on_lane_done(reply: Frame | None, error: grpc.RpcError | None) -> None:
-                self._lane_free(peer.id)
-                on_done(reply, error)
-
+        if lane_ok and ASYNC_ON_LANE:
+            # On the peer's lane pipe when it has one: written from this thread with whatever
+            # queued meanwhile, the replies of every peer read by one thread (docs/wire.md).
             try:
-                on_lane = self._transport.stream_call(
-                    peer.call_dial, encoded, timeout, on_lane_done, peer, lane_only=True
-                )
-            except grpc.RpcError as exc:  # written, then the transport closed: never resent
-                on_lane_done(None, exc)
-                return
+                if self._transport.lane_pipe_call(peer, call.message_id, encoded, timeout, on_done):
+                    return
             except GradwireError:  # shut down before anything was sent: the pipe says how
-                on_lane = False
-            if on_lane:
-                return
-            self._lane_free(peer.id)
+                pass
         try:
             self._transport.pipe_call(dial, call.message_id, encoded, timeout, on_done)
         except GradwireError as exc:
             self._fail(fut, exc)
             self._forget(call.message_id)
-
-    def _lane_slot(self, peer_id: int) -> bool:
-        """Take one of the peer's ``LANE_ASYNC_PER_PEER`` lane slots for an rpc_async."""
-        with self._lock:
-            held = self._lane_async.get(peer_id, 0)
-            if held >= LANE_ASYNC_PER_PEER:
-                return False
-            self._lane_async[peer_id] = held + 1
-            return True
-
-    def _lane_free(self, peer_id: int) -> None:
-        with self._lock:
-            held = self._lane_async.get(peer_id, 0) - 1
-            if held > 0:
-                self._lane_async[peer_id] = held
-            else:
-                self._lane_async.pop(peer_id, None)
 
     def _assemble_one(self, peer: Peer, frame: Frame) -> Message:
         return assemble_one(frame, self._ctx.options.max_message_bytes, peer.name)

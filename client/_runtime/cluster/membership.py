@@ -62,7 +62,15 @@ def peer_from(w: pb.WorkerInfo, my_host: str) -> Peer:
     else:
         call_dial = w.call_address or dial
     return Peer(
-        w.name, w.id, w.address, w.host_id, w.local_address, dial, call_dial, w.bulk_address
+        w.name,
+        w.id,
+        w.address,
+        w.host_id,
+        w.local_address,
+        dial,
+        call_dial,
+        w.bulk_address,
+        w.lane_pipe,
     )
 
 

@@ -61,6 +61,8 @@ class Peer:
     call_dial: str = ""
     #: ``host:port`` of the peer's bulk lane ("" if none: its tensors go in the messages).
     bulk_address: str = ""
+    #: The peer's bulk lane serves lane pipes (``WorkerInfo.lane_pipe``).
+    lane_pipe: bool = False
 
     def __post_init__(self) -> None:
         if not self.call_dial:  # no fast lane: Call and Gradients go where everything goes

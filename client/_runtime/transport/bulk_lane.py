@@ -69,6 +69,7 @@ from .lane_io import (
     MAGIC_V1,
     NAME_LEN,
     NONCE_BYTES,
+    PIPE,
     RECORD,
     STATUS,
     discard,
@@ -82,6 +83,7 @@ from .lane_io import (
     shut,
     still_open,
 )
+from .lane_pipe import LanePipes
 from .lane_rest import LINGER_SECONDS, Rest
 from .loop import in_loop_thread
 
@@ -169,7 +171,7 @@ class _PeerLinks:
         return [c for pool in (self.transfers, self.calls) for c in (*pool.idle, *pool.busy)]
 
 
-class BulkLane(LaneCalls):
+class BulkLane(LaneCalls, LanePipes):
     """One worker's bulk lane: its listener (with the inbox) and its connections to peers.
 
     Args:
@@ -179,7 +181,8 @@ class BulkLane(LaneCalls):
     """
 
     def __init__(self, ctx: WorkerContext, events: ClusterEvents, token: Any) -> None:
-        super().__init__()
+        LaneCalls.__init__(self)
+        LanePipes.__init__(self)
         self._ctx = ctx
         self._token = token
         options = ctx.options
@@ -321,6 +324,7 @@ class BulkLane(LaneCalls):
     def _drop_inbound(self, conn: socket.socket) -> None:
         with self._lock:
             self._conns.discard(conn)
+            self._pipe_writers.pop(conn, None)
         conn.close()
 
     def _handshake(self, conn: socket.socket) -> str:
@@ -363,6 +367,8 @@ class BulkLane(LaneCalls):
         for ``LINGER_SECONDS``: its thread ends, ``_resume`` starts another when it is
         readable), False when it broke or the peer broke the protocol."""
         inbox = self.inbox
+        if conn in self._pipe_writers:  # back from resting: a lane pipe's connection
+            return self._serve_pipe(conn, peer)
         while True:
             if not readable(conn, LINGER_SECONDS) and self._rest.add(
                 conn, lambda c: self._resume(c, peer)
@@ -380,6 +386,8 @@ class BulkLane(LaneCalls):
                 if not self._answer(conn, peer, nbytes):
                     return False
                 continue
+            if transfer_id == PIPE:  # a lane pipe's: nothing else comes on this connection
+                return self._serve_pipe(conn, peer, nbytes)
             if transfer_id == STATUS:  # only a listener sends those
                 log.warning(
                     "bulk lane of %s: %s sent a status record; connection closed",
@@ -718,6 +726,7 @@ class BulkLane(LaneCalls):
         for conn in [c for link in links for c in link.conns()] + conns:
             shut(conn)
             conn.close()
+        self._close_pipes()
         self._fail_parked(None, "the bulk lane closed")
         self.inbox.close()
 

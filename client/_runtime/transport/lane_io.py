@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import select
 import socket
 import struct
@@ -28,6 +29,7 @@ __all__ = [
     "CANCEL",
     "CALL",
     "STATUS",
+    "PIPE",
     "CODE",
     "STATUS_CODES",
     "RECV_CHUNK",
@@ -40,6 +42,7 @@ __all__ = [
     "readable",
     "status_record",
     "send_parts",
+    "write_all",
     "keepalive",
     "shut",
 ]
@@ -58,6 +61,9 @@ CALL = (1 << 64) - 2
 #: The "transfer id" of a record carrying what would have been a call's gRPC status: ``[u32
 #: code][details, UTF-8]`` (the listener's answer when it could not serve the call).
 STATUS = (1 << 64) - 3
+#: The "transfer id" of a record carrying a call on a lane pipe (``lane_pipe``): answered by a
+#: CALL record, in any order, the reply frame naming its call.
+PIPE = (1 << 64) - 4
 CODE = struct.Struct("<I")
 STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 RECV_CHUNK = 1 << 20
@@ -172,6 +178,22 @@ def send_parts(conn: socket.socket, parts: tuple[Any, ...]) -> None:
         return
     for part in parts:
         conn.sendall(part)
+
+
+def write_all(sock: socket.socket, data: bytes) -> None:
+    """Write ``data`` on ``sock`` (a socket with a timeout): one ``write`` when the kernel
+    takes it all, as it does for a few records (the socket's own ``sendall`` polls before each
+    write), the rest by ``sendall`` within the socket's timeout.
+
+    Raises:
+        OSError: the connection broke, or stalled past the timeout.
+    """
+    try:
+        n = os.write(sock.fileno(), data)
+    except BlockingIOError:
+        n = 0
+    if n < len(data):
+        sock.sendall(memoryview(data)[n:])
 
 
 def shut(sock: socket.socket) -> None:

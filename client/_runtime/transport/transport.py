@@ -465,11 +465,10 @@ class Transport:
         peer: Peer | None = None,
         park: Callable[[Parked], None] | None = None,
         quick: bool = False,
-        lane_only: bool = False,
     ) -> bool:
         """Start a single-frame call on ``peer``'s bulk lane when it serves the call (as
-        ``call``), else (unless ``lane_only``: then only on a lane connection already open)
-        on one of the address's call streams, sent from this thread; a reader thread waits for its reply and runs ``done(reply frame, None)``
+        ``call``), else on one of the address's call streams, sent from this thread; a reader
+        thread waits for its reply and runs ``done(reply frame, None)``
         or ``done(None, grpc error)``. False when no lane connection or stream is free (send it
         on the pipe). With ``park`` (or for a ``quick`` call, answered at once: an RRef delete),
         a call on the lane may leave its answer parked for a call behind it
@@ -487,12 +486,26 @@ class Transport:
         lane = self.lane
         if lane is not None and peer is not None and lane.serves(peer, address):
             deadline = None if timeout is None else time.monotonic() + timeout
-            if lane.start(peer, encoded, timeout, readers, done, park, quick, not lane_only):
+            if lane.start(peer, encoded, timeout, readers, done, park, quick):
                 return True
             timeout = _left(deadline)  # the lane's connect counted against the call
-        if lane_only:
-            return False
         return self._get(address).streams.start(encoded, timeout, readers, done)
+
+    def lane_pipe_call(
+        self,
+        peer: Peer,
+        message_id: int,
+        encoded: bytes,
+        timeout: float | None,
+        done: Callable[[Frame | None, grpc.RpcError | None], None],
+    ) -> bool:
+        """Start a single-frame call on ``peer``'s lane pipe (``transport.lane_pipe``) when it
+        has one, or an idle lane connection to open one on; False when not (use
+        ``pipe_call``). ``done`` runs once when it ends."""
+        lane = self.lane
+        if lane is None or self._closed:
+            return False
+        return lane.pipe_call(peer, message_id, encoded, timeout, done, self.watchdog)
 
     def pipe_call(
         self,

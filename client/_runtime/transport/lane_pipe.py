@@ -1,0 +1,476 @@
+"""rpc_async on the bulk lane: one connection per peer carries many calls at once (a *lane
+pipe*), as the gRPC ``CallPipe`` does, without gRPC (docs/wire.md, "Pipes on the lane").
+
+Why: with many calls in flight (a parameter server's fan-in), a call on a connection of its own
+costs a thread hand-off and two blocking reads on the caller and a wake-up of the callee's
+reader per call, and the gRPC pipe's callee (HTTP/2 on the asyncio server, the loop, the pool
+and the loop again) costs more still; measured at 32 workers, 170-200 us of the caller's CPU
+and 260-670 us of the callees' per noop call. On a lane pipe a caller writes its frame from the
+calling thread (what queued meanwhile goes with it, as one write), one reader thread per worker
+(``PipeReader``, a selector over every pipe) reads whatever replies came, and the callee's
+reader for the connection reads whatever calls came, hands each to the serving pool, and the
+pool threads write the replies back, joined when they come together (``PipeWriter``).
+
+Records, on a lane connection after the handshake: ``[u64 PIPE][u64 n][a call frame]`` from
+the caller; ``[u64 CALL][u64 n][a reply frame]`` back, in any order, each naming its call
+(``ReplyHeader.message_id``); an error is a reply frame with its error (never a STATUS record).
+A connection that carried a PIPE record carries nothing else. A peer serves them when its
+``WorkerInfo.lane_pipe`` says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from ... import _traffic
+from ..._wire import bulk
+from ..._wire.framing import decode_frame
+from ..calls.pipe import Done, PipeClosed, _Calls, _IdleClose, _Pending
+from ..calls.streams import StreamFailed, Watchdog
+from .lane_io import CALL, PIPE, RECORD, readable, set_timeout, shut, write_all
+from .lane_rest import LINGER_SECONDS
+
+__all__ = [
+    "LanePipe",
+    "LanePipes",
+    "PipeReader",
+    "PipeWriter",
+    "ServePipe",
+    "READ_BYTES",
+    "take_records",
+]
+
+log = logging.getLogger(__name__)
+#: Bytes read from a pipe's socket at once (every whole record in them is taken).
+READ_BYTES = 256 << 10
+
+
+class LanePipe(_Calls):
+    """The caller's end of one lane pipe (same interface and failures as ``calls.pipe``'s).
+
+    Args:
+        conn: an authenticated lane connection to the peer, this pipe's alone from now on.
+        peer: the peer's name (for errors).
+        watchdog: keeps each call's deadline, and closes the pipe once idle.
+        frame_limit: the largest reply frame taken (a larger one ends the pipe).
+        closed: called once when the pipe's connection is done with (it failed or closed).
+    """
+
+    def __init__(
+        self,
+        conn: socket.socket,
+        peer: str,
+        watchdog: Watchdog,
+        frame_limit: int,
+        closed: Callable[[LanePipe], None],
+    ) -> None:
+        self.conn = conn
+        self.peer = peer
+        self._watchdog = watchdog
+        self._frame_limit = frame_limit
+        self._closed = closed
+        self._lock = threading.Lock()
+        self._pending: dict[int, _Pending] = {}
+        self._failure: grpc.RpcError | None = None
+        self._closing = False
+        self._idle = _IdleClose(self)
+        self._queued: list[bytes] = []  # records written by the thread writing now
+        self._writing = False
+        self._buf = bytearray()  # what the reader has of a record not yet whole
+
+    def submit(self, message_id: int, encoded: bytes, timeout: float | None, done: Done) -> None:
+        """Write one encoded call frame (this thread writes it, and whatever queued while it
+        wrote; a thread already writing takes it instead); ``done`` gets its reply frame or
+        the error.
+
+        Raises:
+            PipeClosed: the pipe failed or was closed before the call was taken.
+        """
+        with self._lock:
+            self._take_locked(message_id, timeout, done)
+            self._queued.append(RECORD.pack(PIPE, len(encoded)))
+            self._queued.append(encoded)
+            if self._writing:
+                return
+            self._writing = True
+        while True:
+            with self._lock:
+                if not self._queued or self._failure is not None:
+                    self._writing = False
+                    return
+                data = b"".join(self._queued)
+                self._queued = []
+            try:
+                write_all(self.conn, data)
+            except OSError as exc:
+                self._writing = False
+                self._fail_all(
+                    StreamFailed(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"the lane pipe to {self.peer!r} broke: {exc!r}",
+                    )
+                )
+                return
+            if _traffic.counts is not None:
+                _traffic.sent(_traffic.BULK_LANE, len(data))
+
+    def _end_sends_locked(self) -> None:
+        # Idle (or closed): nothing is pending, so the connection can go now; the reader sees
+        # it end and lets it go.
+        self._closing = True
+        shut(self.conn)
+
+    def close(self) -> None:
+        """Take no more calls; those pending fail (UNAVAILABLE) when the connection ends."""
+        with self._lock:
+            self._closing = True
+        shut(self.conn)
+
+    # -- the reader's side (PipeReader's thread) --------------------------------------------
+
+    def readable(self) -> bool:
+        """Read what came and answer each whole reply; False once the pipe is over (the
+        connection ended, broke, or the peer broke the protocol: every pending call fails)."""
+        why = ""
+        try:
+            chunk = os.read(self.conn.fileno(), READ_BYTES)
+        except BlockingIOError:
+            return True
+        except (OSError, ValueError) as exc:  # ValueError: closed here (fileno -1)
+            chunk, why = b"", repr(exc)
+        if not chunk:
+            self._fail_all(
+                StreamFailed(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the lane pipe to {self.peer!r} closed{': ' + why if why else ''}",
+                )
+            )
+            return False
+        if _traffic.counts is not None:
+            _traffic.received(_traffic.BULK_LANE, len(chunk))
+        buf = self._buf
+        buf += chunk
+        try:
+            raws, at = take_records(buf, CALL, self._frame_limit)
+            del buf[:at]
+            for raw in raws:
+                frame = decode_frame(raw)
+                self._answer(frame.header.reply.message_id, frame, None)
+        except Exception as exc:  # noqa: BLE001 - a malformed reply ends the pipe
+            log.warning("lane pipe to %s: malformed reply: %s", self.peer, exc)
+            self._fail_all(
+                StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply on the lane: {exc}")
+            )
+            shut(self.conn)
+            return False
+        return True
+
+    def ended(self) -> None:
+        """The reader let the connection go: close it, and say so once."""
+        self.conn.close()
+        self._closed(self)
+
+    def _fail_all(self, failure: grpc.RpcError) -> None:
+        with self._lock:
+            if self._failure is None:
+                self._failure = failure
+            self._closing = True
+            self._queued = []
+            pending, self._pending = list(self._pending.values()), {}
+        self._watchdog.disarm(self._idle)
+        for entry in pending:
+            self._watchdog.disarm(entry)
+            entry.done(None, failure)
+
+
+class PipeReader:
+    """One thread reading the replies of every lane pipe of a worker (a selector over their
+    sockets), started with the first pipe."""
+
+    def __init__(self, name: str) -> None:
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._added: list[LanePipe] = []
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def add(self, pipe: LanePipe) -> bool:
+        """Read ``pipe``'s replies from now on; False once the reader is closed."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._added.append(pipe)
+        self._wake()
+        return True
+
+    def close(self) -> None:
+        """End the thread; every pipe still read is closed (its pending calls fail)."""
+        with self._lock:
+            self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # closed: the thread ended
+            pass
+
+    def _run(self) -> None:
+        pipes: set[LanePipe] = set()
+        try:
+            while True:
+                for key, _ in self._selector.select():
+                    pipe: LanePipe | None = key.data
+                    if pipe is None:
+                        if not self._woken(pipes):
+                            return
+                    elif not pipe.readable():
+                        pipes.discard(pipe)
+                        self._selector.unregister(pipe.conn)
+                        pipe.ended()
+        finally:
+            for pipe in pipes:
+                pipe.close()
+                pipe.readable()  # fails what is pending: the connection is shut
+                pipe.ended()
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _woken(self, pipes: set[LanePipe]) -> bool:
+        """Take the pipes added meanwhile; False once closed."""
+        try:
+            self._wake_r.recv(4096)
+        except BlockingIOError:
+            pass
+        with self._lock:
+            added, self._added = self._added, []
+            closed = self._closed
+        for pipe in added:
+            try:
+                self._selector.register(pipe.conn, selectors.EVENT_READ, pipe)
+                pipes.add(pipe)
+            except (OSError, ValueError):  # closed before it was read
+                pipe.readable()
+                pipe.ended()
+        return not closed
+
+
+class PipeWriter:
+    """The callee's end of one lane pipe: replies posted by any thread (``post``), written
+    back as records, what queued while a thread wrote joined into its next write."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._queued: list[bytes] = []
+        self._writing = False
+        self._broken = False
+
+    def post(self, encoded: bytes | None) -> None:
+        """A call's encoded reply frame (None: nothing to send)."""
+        if encoded is None:
+            return
+        with self._lock:
+            if self._broken:
+                return
+            self._queued.append(RECORD.pack(CALL, len(encoded)))
+            self._queued.append(encoded)
+            if self._writing:
+                return
+            self._writing = True
+        while True:
+            with self._lock:
+                if not self._queued or self._broken:
+                    self._writing = False
+                    return
+                data = b"".join(self._queued)
+                self._queued = []
+            try:
+                write_all(self._conn, data)
+            except OSError:  # the caller went: its reader fails what it waits for
+                with self._lock:
+                    self._broken = True
+                    self._writing = False
+                    self._queued = []
+                shut(self._conn)
+                return
+            if _traffic.counts is not None:
+                _traffic.sent(_traffic.BULK_LANE, len(data))
+
+
+#: ``serve_pipe(caller name, raw frame, writer)``: how the server serves a call that came on a
+#: lane pipe (its reply, later, goes to ``writer.post``).
+ServePipe = Callable[[str, bytes, PipeWriter], None]
+
+
+def take_records(buf: bytearray, kind: int, limit: int) -> tuple[list[bytes], int]:
+    """The whole records at the start of ``buf`` (their frames) and how many bytes they took.
+
+    Raises:
+        ValueError: a record of another kind than ``kind`` (PIPE or CALL), or larger than
+            ``limit``.
+    """
+    frames: list[bytes] = []
+    at, end = 0, len(buf)
+    while end - at >= RECORD.size:
+        record, nbytes = RECORD.unpack_from(buf, at)
+        if record != kind or nbytes > limit:
+            raise ValueError(f"a record {record:#x} of {nbytes} bytes on a lane pipe")
+        if end - at - RECORD.size < nbytes:
+            break
+        start = at + RECORD.size
+        frames.append(bytes(buf[start : start + nbytes]))
+        at = start + nbytes
+    return frames, at
+
+
+class LanePipes:
+    """Lane pipes, mixed into ``BulkLane``: the caller's (``pipe_call``: one pipe per peer,
+    their replies read by one ``PipeReader``) and the callee's (``_serve_pipe``: a
+    connection's calls handed to ``serve_pipe``, the replies written by a ``PipeWriter``)."""
+
+    # Provided by BulkLane.
+    _ctx: Any
+    _lock: threading.Lock
+    _closed: bool
+    _frame_limit: int
+    _rest: Any
+    _take: Callable[..., socket.socket | None]
+    _drop: Callable[..., None]
+    _resume: Callable[[socket.socket, str], None]
+    serves: Callable[[Any, str], bool]
+
+    def __init__(self) -> None:
+        #: ``serve_pipe``, installed by the server (None: pipes are refused).
+        self.serve_pipe: ServePipe | None = None
+        self._pipes: dict[str, LanePipe] = {}
+        self._pipes_lock = threading.Lock()
+        self._pipe_reader: PipeReader | None = None
+        #: inbound connections that carried a PIPE record -> their writer
+        self._pipe_writers: dict[socket.socket, PipeWriter] = {}
+
+    # -- the caller's side --------------------------------------------------------------------
+
+    def pipe_call(
+        self,
+        peer: Any,
+        message_id: int,
+        encoded: bytes,
+        timeout: float | None,
+        done: Done,
+        watchdog: Watchdog,
+    ) -> bool:
+        """Start a one-frame call on ``peer``'s lane pipe (opened on an idle lane connection
+        when there is none; never waits for one: without, one is opened in the background for
+        the next call); ``done`` runs once with its reply or error. False when it was not
+        taken (send it on the gRPC pipe)."""
+        if not (peer.lane_pipe and self.serves(peer, peer.call_dial)):
+            return False
+        for _ in range(2):
+            pipe = self._pipes.get(peer.name)
+            if pipe is None or not pipe.alive:
+                pipe = self._open_pipe(peer, watchdog)
+                if pipe is None:
+                    return False
+            try:
+                pipe.submit(message_id, encoded, timeout, done)
+                return True
+            except PipeClosed:  # it failed or went idle just now: a new one takes the call
+                continue
+        return False
+
+    def _open_pipe(self, peer: Any, watchdog: Watchdog) -> LanePipe | None:
+        with self._pipes_lock:
+            pipe = self._pipes.get(peer.name)
+            if pipe is not None and pipe.alive:
+                return pipe
+            conn = self._take(peer.name, peer.bulk_address, True, None, False)
+            if conn is None:
+                return None
+            set_timeout(conn, bulk.STALL_SECONDS)
+            pipe = LanePipe(conn, peer.name, watchdog, self._frame_limit, self._pipe_ended)
+            reader = self._pipe_reader
+            if reader is None:
+                reader = self._pipe_reader = PipeReader(f"gradwire-lane-pipes-{self._ctx.name}")
+            if not reader.add(pipe):
+                self._drop(peer.name, conn, True)
+                return None
+            self._pipes[peer.name] = pipe
+            return pipe
+
+    def _pipe_ended(self, pipe: LanePipe) -> None:
+        with self._pipes_lock:
+            if self._pipes.get(pipe.peer) is pipe:
+                del self._pipes[pipe.peer]
+        self._drop(pipe.peer, pipe.conn, True)
+
+    def _close_pipes(self) -> None:
+        """At close: the reader ends (the connections were shut: what is pending fails)."""
+        with self._pipes_lock:
+            reader, self._pipe_reader = self._pipe_reader, None
+        if reader is not None:
+            reader.close()
+
+    # -- the callee's side --------------------------------------------------------------------
+
+    def _serve_pipe(self, conn: socket.socket, peer: str, first: int | None = None) -> bool:
+        """Serve the lane pipe on ``conn`` (``first``: the size of the PIPE record whose
+        header was just read) until the connection breaks (False) or rests (True), as
+        ``_read_transfers``. Each call goes to ``serve_pipe`` as it comes; the replies are
+        written by the threads that have them."""
+        serve = self.serve_pipe
+        if serve is None:
+            log.warning("bulk lane of %s: %s opened a lane pipe; none served", self._ctx.name, peer)
+            return False
+        with self._lock:
+            writer = self._pipe_writers.get(conn)
+            if writer is None:
+                writer = self._pipe_writers[conn] = PipeWriter(conn)
+        set_timeout(conn, bulk.STALL_SECONDS)  # the writer's too: one socket, one timeout
+        buf = bytearray() if first is None else bytearray(RECORD.pack(PIPE, first))
+        while True:
+            try:
+                raws, at = take_records(buf, PIPE, self._frame_limit)
+                del buf[:at]
+                for raw in raws:
+                    serve(peer, raw, writer)
+                    bulk.count("pipe_calls_served")
+            except Exception as exc:  # noqa: BLE001 - a malformed call ends the pipe
+                log.warning(
+                    "bulk lane of %s: %s broke the lane pipe: %s; connection closed",
+                    self._ctx.name,
+                    peer,
+                    exc,
+                )
+                return False
+            if not buf:
+                if not readable(conn, LINGER_SECONDS):
+                    if self._rest.add(conn, lambda c: self._resume(c, peer)):
+                        return True
+                    continue
+            elif not readable(conn, bulk.STALL_SECONDS):
+                return False  # a record cut short, and nothing more for that long
+            try:
+                chunk = os.read(conn.fileno(), READ_BYTES)
+            except BlockingIOError:
+                continue
+            except (OSError, ValueError):
+                return False
+            if not chunk:
+                return False
+            if _traffic.counts is not None:
+                _traffic.received(_traffic.BULK_LANE, len(chunk))
+            buf += chunk

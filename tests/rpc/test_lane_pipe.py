@@ -1,0 +1,316 @@
+"""rpc_async on the bulk lane's pipes (gradwire._runtime.transport.lane_pipe): many calls in flight
+on one connection, replies in any order, each call with its own deadline and error; a broken
+connection fails what it carried and the next call opens a new one; a connection that breaks
+the protocol is closed and the worker goes on serving. Real workers and real sockets: this
+process as a one-worker cluster over loopback TCP, two spawned workers, and socket pairs for
+the record framing."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import random
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from gradwire import errors
+from gradwire._proto import worker_pb2 as pb
+from gradwire._runtime import agent as agent_mod
+from gradwire._runtime.calls import pipe as pipes
+from gradwire._runtime.calls.streams import Watchdog
+from gradwire._runtime.transport import lane_pipe
+from gradwire._runtime.transport.lane_io import CALL, PIPE, RECORD
+from gradwire._wire import bulk, calls, pickler
+from gradwire._wire.framing import Frame, decode_frame, encode_frame
+from gradwire.distributed import rpc
+from gradwire.distributed.rpc._testing import run_cluster
+
+from . import bodies
+from .conftest import solo_options
+from .test_bulk_lane import MAIN, TOKEN, _authenticated, _until_closed
+
+
+@pytest.fixture(scope="module")
+def main() -> Iterator[None]:
+    """This process as worker MAIN over loopback TCP (its lane takes its own calls)."""
+    rpc.init_rpc(MAIN, 0, 1, solo_options(use_unix_socket=False, token=TOKEN))
+    try:
+        yield
+    finally:
+        rpc.shutdown(graceful=False)
+
+
+def _lane() -> Any:
+    lane = agent_mod.current().bulk_lane
+    assert lane is not None
+    return lane
+
+
+def _served() -> int:
+    return bulk.stats().get("pipe_calls_served", 0)
+
+
+def _warm() -> None:
+    """An rpc_async never waits for a connection: a blocking call opens the lane's first one,
+    which the pipe then takes."""
+    assert rpc.rpc_sync(MAIN, operator.add, (0, 0)) == 0
+    deadline = time.monotonic() + 10
+    while MAIN not in _lane()._pipes and time.monotonic() < deadline:
+        rpc.rpc_async(MAIN, operator.add, (0, 0)).wait()
+
+
+def test_many_calls_in_flight_on_one_connection_each_get_their_own_result(main: None) -> None:
+    _warm()
+    before = _served()
+    futs = [rpc.rpc_async(MAIN, operator.mul, (i, 3)) for i in range(500)]
+    assert [f.wait() for f in futs] == [i * 3 for i in range(500)]
+    assert _served() - before == 500, "every call went on the lane pipe"
+    assert list(_lane()._pipes) == [MAIN]
+
+
+def test_a_slow_call_holds_up_no_other_call_on_the_pipe(main: None) -> None:
+    """The callee serves a pipe's calls on its pool, not one after the other on the reader."""
+    _warm()
+    release = rpc.rpc_async(MAIN, bodies.sleep_then, (1.0, "slow"))
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    fast = [rpc.rpc_async(MAIN, operator.add, (i, 1)) for i in range(20)]
+    assert [f.wait() for f in fast] == list(range(1, 21))
+    assert time.monotonic() - t0 < 0.9, "fast calls waited behind the slow one"
+    assert not release.done()
+    assert release.wait() == "slow"
+
+
+def test_each_call_keeps_its_deadline_and_its_error_type(main: None) -> None:
+    _warm()
+    late = rpc.rpc_async(MAIN, bodies.sleep_then, (2.0, "late"), timeout=0.3)
+    ok = rpc.rpc_async(MAIN, bodies.sleep_then, (0.5, "ok"), timeout=5)
+    bad = rpc.rpc_async(MAIN, operator.truediv, (1, 0))
+    with pytest.raises(errors.RpcTimeoutError, match="timed out"):
+        late.wait()
+    with pytest.raises(ZeroDivisionError):
+        bad.wait()
+    assert ok.wait() == "ok"
+    assert rpc.rpc_async(MAIN, operator.add, (1, 2)).wait() == 3
+
+
+def test_a_broken_connection_fails_its_calls_and_the_next_call_opens_a_pipe(main: None) -> None:
+    _warm()
+    pipe = _lane()._pipes[MAIN]
+    slow = rpc.rpc_async(MAIN, bodies.sleep_then, (1.0, "never read"), timeout=10)
+    time.sleep(0.1)
+    pipe.conn.shutdown(socket.SHUT_RDWR)  # the link breaks under the call
+    with pytest.raises(errors.WorkerUnavailableError, match="lane pipe"):
+        slow.wait()
+    _warm()
+    assert _lane()._pipes[MAIN] is not pipe
+    assert rpc.rpc_async(MAIN, operator.add, (2, 3)).wait() == 5
+
+
+def test_an_idle_pipe_gives_its_connection_back(main: None, monkeypatch: Any) -> None:
+    monkeypatch.setattr(pipes, "PIPE_IDLE_SECONDS", 0.3)
+    _warm()
+    assert rpc.rpc_async(MAIN, operator.add, (1, 2)).wait() == 3
+    deadline = time.monotonic() + 10
+    while MAIN in _lane()._pipes and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert MAIN not in _lane()._pipes, "an idle pipe was kept"
+    links = _lane()._links[MAIN]
+    assert links.calls.open == len(links.calls.idle) + len(links.calls.busy)
+    _warm()
+    assert [rpc.rpc_async(MAIN, operator.add, (i, 1)).wait() for i in range(3)] == [1, 2, 3]
+
+
+def test_a_fan_in_goes_on_one_pipe_per_peer_read_by_one_thread() -> None:
+    """Three spawned workers: rank 0's calls to each peer go on that peer's lane pipe, and
+    one thread of rank 0 reads the replies of both."""
+    out = run_cluster(3, bodies.fan_in_on_lane_pipes, options={"use_unix_socket": False})
+    r = out[0].value
+    assert r["results_ok"]
+    assert r["pipes"] == ["worker1", "worker2"]
+    assert r["readers"] == 1
+    # 600 calls to each peer; the first round may start on the gRPC pipe while the lane opens.
+    assert all(300 <= n <= 600 for n in r["served"]), r["served"]
+
+
+def test_a_peer_that_serves_no_pipes_gets_its_calls_by_grpc(main: None, monkeypatch: Any) -> None:
+    me = agent_mod.current()
+    record = me.by_name[MAIN]
+    monkeypatch.setitem(me.by_name, MAIN, dataclasses.replace(record, lane_pipe=False))
+    before = _served()
+    assert [rpc.rpc_async(MAIN, operator.add, (i, 1)).wait() for i in range(5)] == [1, 2, 3, 4, 5]
+    assert _served() == before
+
+
+# -- hostile connections: the worker closes them and goes on serving ----------------------------
+
+
+def _pipe_record(frame: Frame) -> bytes:
+    raw = encode_frame(frame)
+    return RECORD.pack(PIPE, len(raw)) + raw
+
+
+def _call_frame(message_id: int, fn: Any = operator.add, kind: int = pb.CALL_KIND_PYTHON) -> Frame:
+    """A plain call of ``fn(3, 4)`` as a caller encodes it (``fn`` a name: any name)."""
+    body = pickler.dumps_plain((None, (3, 4), {}))
+    assert body is not None
+    name = fn if isinstance(fn, str) else calls.function_name(fn)[0]
+    header = pb.FrameHeader(
+        call=pb.CallHeader(message_id=message_id, function=name, kind=kind), last=True
+    )
+    header.payload.pickle_nbytes = len(body)
+    return Frame(header, [body])
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        RECORD.pack(PIPE, 1 << 40),  # over the frame limit
+        RECORD.pack(PIPE, 3) + b"abc",  # not a frame
+        RECORD.pack(CALL, 0),  # a pipe carries nothing but PIPE records
+    ],
+    ids=["oversized", "undecodable", "other-record"],
+)
+def test_a_connection_that_breaks_the_pipe_protocol_is_closed(main: None, junk: bytes) -> None:
+    sock = _authenticated()
+    try:
+        sock.sendall(_pipe_record(_call_frame(1)) + junk)  # a pipe now, then the junk
+        assert _until_closed(sock, 5) is not None, "the lane kept a connection that broke it"
+    finally:
+        sock.close()
+    assert rpc.rpc_async(MAIN, operator.add, (1, 1)).wait() == 2
+
+
+def test_a_pipe_frame_that_is_not_a_python_call_closes_the_connection(main: None) -> None:
+    sock = _authenticated()
+    try:
+        sock.sendall(_pipe_record(_call_frame(7, kind=pb.CALL_KIND_REMOTE)))
+        assert _until_closed(sock, 5) == b""
+    finally:
+        sock.close()
+    assert rpc.rpc_sync(MAIN, operator.add, (2, 2)) == 4
+
+
+def test_a_hand_made_pipe_gets_each_reply_naming_its_call(main: None) -> None:
+    """The wire contract by hand: PIPE records in, CALL records out, each reply naming its
+    call's message id; an unknown function is that call's error reply, not the pipe's end."""
+    sock = _authenticated()
+    try:
+        calls_made = ((11, operator.add), (12, operator.mul), (13, "no.such:function"))
+        sock.sendall(b"".join(_pipe_record(_call_frame(mid, fn)) for mid, fn in calls_made))
+        replies = _read_replies(sock, 3)
+    finally:
+        sock.close()
+    assert sorted(replies) == [11, 12, 13]
+    assert not replies[11].header.reply.HasField("error")
+    assert not replies[12].header.reply.HasField("error")
+    assert replies[13].header.reply.HasField("error")
+
+
+def _read_replies(sock: socket.socket, n: int) -> dict[int, Frame]:
+    sock.settimeout(10)
+    buf = bytearray()
+    out: dict[int, Frame] = {}
+    while len(out) < n:
+        chunk = sock.recv(65536)
+        assert chunk, "the lane closed the pipe"
+        buf += chunk
+        raws, at = lane_pipe.take_records(buf, CALL, 1 << 24)
+        del buf[:at]
+        for raw in raws:
+            frame = decode_frame(raw)
+            out[frame.header.reply.message_id] = frame
+    return out
+
+
+# -- the framing, on socket pairs ---------------------------------------------------------------
+
+
+def test_records_split_anywhere_are_taken_whole() -> None:
+    frames = [b"", b"x" * 7, b"y" * 300]
+    data = b"".join(RECORD.pack(PIPE, len(f)) + f for f in frames)
+    for cut in range(len(data) + 1):
+        buf = bytearray(data[:cut])
+        taken, at = lane_pipe.take_records(buf, PIPE, 1000)
+        del buf[:at]
+        buf += data[cut:]
+        rest, _ = lane_pipe.take_records(buf, PIPE, 1000)
+        assert taken + rest == frames
+    with pytest.raises(ValueError, match="a record"):
+        lane_pipe.take_records(bytearray(RECORD.pack(CALL, 1) + b"z"), PIPE, 1000)
+    with pytest.raises(ValueError, match="of 1001 bytes"):
+        lane_pipe.take_records(bytearray(RECORD.pack(PIPE, 1001)), PIPE, 1000)
+
+
+def _reply(message_id: int, value: int) -> bytes:
+    frame = Frame(pb.FrameHeader(reply=pb.ReplyHeader(message_id=message_id), last=True), [])
+    frame.header.payload.pickle_nbytes = value  # a marker the test reads back
+    raw = encode_frame(frame)
+    return RECORD.pack(CALL, len(raw)) + raw
+
+
+def test_a_pipe_from_many_threads_writes_whole_records_and_takes_replies_cut_anywhere() -> None:
+    """LanePipe against a hand-made callee on a socket pair: 8 threads x 100 calls go out as
+    whole PIPE records; the replies come back shuffled and cut at random byte boundaries, and
+    each call's ``done`` gets its own."""
+    ours, theirs = socket.socketpair()
+    ours.settimeout(10)
+    dog = Watchdog()
+    ended: list[Any] = []
+    pipe = lane_pipe.LanePipe(ours, "them", dog, 1 << 20, ended.append)
+    reader = lane_pipe.PipeReader("test-lane-pipes")
+    got: dict[int, int] = {}
+    lock = threading.Lock()
+    all_done = threading.Event()
+    n = 800
+
+    def done(frame: Frame | None, error: grpc.RpcError | None) -> None:
+        assert frame is not None and error is None
+        with lock:
+            got[frame.header.reply.message_id] = frame.header.payload.pickle_nbytes
+            if len(got) == n:
+                all_done.set()
+
+    def submit(base: int) -> None:
+        for i in range(base, base + 100):
+            raw = struct.pack("<I", i)
+            pipe.submit(i, raw, 10.0, done)
+
+    try:
+        assert reader.add(pipe)
+        threads = [threading.Thread(target=submit, args=(k * 100,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        buf, calls = bytearray(), []
+        theirs.settimeout(10)
+        while len(calls) < n:
+            buf += theirs.recv(65536)
+            raws, at = lane_pipe.take_records(buf, PIPE, 1 << 20)
+            del buf[:at]
+            calls += [struct.unpack("<I", r)[0] for r in raws]
+        for t in threads:
+            t.join()
+        assert sorted(calls) == list(range(n))
+        random.shuffle(calls)
+        out = b"".join(_reply(i, i * 2) for i in calls)
+        while out:
+            cut = random.randint(1, 200)
+            theirs.sendall(out[:cut])
+            out = out[cut:]
+        assert all_done.wait(10)
+        assert got == {i: 2 * i for i in range(n)}
+        theirs.close()  # the callee goes: the pipe ends, once
+        deadline = time.monotonic() + 5
+        while not ended and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ended == [pipe] and not pipe.alive
+    finally:
+        reader.close()
+        dog.close()
+        theirs.close()
