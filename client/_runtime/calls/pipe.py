@@ -159,6 +159,22 @@ class _Calls:
             StreamFailed(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"),
         )
 
+    def _fail_all(self, failure: grpc.RpcError) -> None:
+        """The pipe failed (the first failure sticks): every pending call fails with it."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = failure
+            self._failed_locked()
+            pending, self._pending = list(self._pending.values()), {}
+        self._watchdog.disarm(self._idle)
+        for entry in pending:
+            self._watchdog.disarm(entry)
+            entry.done(None, failure)
+
+    def _failed_locked(self) -> None:
+        """With the lock held, as the pipe fails: stop sending."""
+        self._closing = True
+
 
 class Pipe(_Calls):
     """One open ``CallPipe`` stream to an address.
@@ -253,17 +269,10 @@ class Pipe(_Calls):
             failure = StreamFailed(grpc.StatusCode.INTERNAL, f"malformed reply batch: {exc}")
         self._fail_all(failure)
 
-    def _fail_all(self, failure: grpc.RpcError) -> None:
-        with self._lock:
-            self._failure = failure
-            pending, self._pending = list(self._pending.values()), {}
-            if not self._closing:
-                self._closing = True
-                self._outbox.put(_END)  # let the request thread end
-        self._watchdog.disarm(self._idle)
-        for entry in pending:
-            self._watchdog.disarm(entry)
-            entry.done(None, failure)
+    def _failed_locked(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self._outbox.put(_END)  # let the request thread end
 
 
 # Completion tags of a CorePipe's operations (besides the call's own, ``streams``).
@@ -420,14 +429,6 @@ class CorePipe(_Calls):
             frame = decode_frame(raw)  # type: ignore[arg-type]
             self._answer(frame.header.reply.message_id, frame, None)
 
-    def _fail_all(self, failure: grpc.RpcError) -> None:
-        with self._lock:
-            if self._failure is None:
-                self._failure = failure
-            self._closing = True
-            self._queued = []
-            pending, self._pending = list(self._pending.values()), {}
-        self._watchdog.disarm(self._idle)
-        for entry in pending:
-            self._watchdog.disarm(entry)
-            entry.done(None, failure)
+    def _failed_locked(self) -> None:
+        self._closing = True
+        self._queued = []

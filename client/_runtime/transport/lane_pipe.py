@@ -41,6 +41,7 @@ from .lane_rest import LINGER_SECONDS
 __all__ = [
     "LanePipe",
     "LanePipes",
+    "Outbox",
     "PipeReader",
     "PipeWriter",
     "ServePipe",
@@ -82,8 +83,7 @@ class LanePipe(_Calls):
         self._failure: grpc.RpcError | None = None
         self._closing = False
         self._idle = _IdleClose(self)
-        self._queued: list[bytes] = []  # records written by the thread writing now
-        self._writing = False
+        self._out = Outbox(conn, self._broke)
         self._buf = bytearray()  # what the reader has of a record not yet whole
 
     def submit(self, message_id: int, encoded: bytes, timeout: float | None, done: Done) -> None:
@@ -96,31 +96,14 @@ class LanePipe(_Calls):
         """
         with self._lock:
             self._take_locked(message_id, timeout, done)
-            self._queued.append(RECORD.pack(PIPE, len(encoded)))
-            self._queued.append(encoded)
-            if self._writing:
-                return
-            self._writing = True
-        while True:
-            with self._lock:
-                if not self._queued or self._failure is not None:
-                    self._writing = False
-                    return
-                data = b"".join(self._queued)
-                self._queued = []
-            try:
-                write_all(self.conn, data)
-            except OSError as exc:
-                self._writing = False
-                self._fail_all(
-                    StreamFailed(
-                        grpc.StatusCode.UNAVAILABLE,
-                        f"the lane pipe to {self.peer!r} broke: {exc!r}",
-                    )
-                )
-                return
-            if _traffic.counts is not None:
-                _traffic.sent(_traffic.BULK_LANE, len(data))
+        self._out.put(PIPE, encoded)
+
+    def _broke(self, exc: OSError) -> None:
+        self._fail_all(
+            StreamFailed(
+                grpc.StatusCode.UNAVAILABLE, f"the lane pipe to {self.peer!r} broke: {exc!r}"
+            )
+        )
 
     def _end_sends_locked(self) -> None:
         # Idle (or closed): nothing is pending, so the connection can go now; the reader sees
@@ -177,18 +160,6 @@ class LanePipe(_Calls):
         """The reader let the connection go: close it, and say so once."""
         self.conn.close()
         self._closed(self)
-
-    def _fail_all(self, failure: grpc.RpcError) -> None:
-        with self._lock:
-            if self._failure is None:
-                self._failure = failure
-            self._closing = True
-            self._queued = []
-            pending, self._pending = list(self._pending.values()), {}
-        self._watchdog.disarm(self._idle)
-        for entry in pending:
-            self._watchdog.disarm(entry)
-            entry.done(None, failure)
 
 
 class PipeReader:
@@ -268,47 +239,66 @@ class PipeReader:
         return not closed
 
 
-class PipeWriter:
-    """The callee's end of one lane pipe: replies posted by any thread (``post``), written
-    back as records, what queued while a thread wrote joined into its next write."""
+class Outbox:
+    """Records for one connection, written by whichever thread comes first; what queues while
+    it writes goes out with its next write, joined. After a failed write, ``broke(error)`` runs
+    once and nothing more is written.
 
-    def __init__(self, conn: socket.socket) -> None:
+    Args:
+        conn: the connection (with a timeout: a stalled write fails).
+        broke: told of the failed write (the connection is shut first).
+    """
+
+    def __init__(self, conn: socket.socket, broke: Callable[[OSError], None]) -> None:
         self._conn = conn
+        self._broke = broke
         self._lock = threading.Lock()
         self._queued: list[bytes] = []
         self._writing = False
-        self._broken = False
+        self._dead = False
 
-    def post(self, encoded: bytes | None) -> None:
-        """A call's encoded reply frame (None: nothing to send)."""
-        if encoded is None:
-            return
+    def put(self, kind: int, encoded: bytes) -> None:
+        """Write the record ``[kind][len][encoded]`` (or leave it to the thread writing)."""
         with self._lock:
-            if self._broken:
+            if self._dead:
                 return
-            self._queued.append(RECORD.pack(CALL, len(encoded)))
-            self._queued.append(encoded)
+            self._queued += (RECORD.pack(kind, len(encoded)), encoded)
             if self._writing:
                 return
             self._writing = True
         while True:
             with self._lock:
-                if not self._queued or self._broken:
+                if not self._queued or self._dead:
                     self._writing = False
                     return
                 data = b"".join(self._queued)
                 self._queued = []
             try:
                 write_all(self._conn, data)
-            except OSError:  # the caller went: its reader fails what it waits for
+            except OSError as exc:
                 with self._lock:
-                    self._broken = True
+                    self._dead = True
                     self._writing = False
                     self._queued = []
                 shut(self._conn)
+                self._broke(exc)
                 return
             if _traffic.counts is not None:
                 _traffic.sent(_traffic.BULK_LANE, len(data))
+
+
+class PipeWriter:
+    """The callee's end of one lane pipe: replies posted by any thread (``post``), written
+    back as CALL records (``Outbox``)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        # A failed write: the caller went, and its reader fails what it waits for.
+        self._out = Outbox(conn, lambda _exc: None)
+
+    def post(self, encoded: bytes | None) -> None:
+        """A call's encoded reply frame (None: nothing to send)."""
+        if encoded is not None:
+            self._out.put(CALL, encoded)
 
 
 #: ``serve_pipe(caller name, raw frame, writer)``: how the server serves a call that came on a
