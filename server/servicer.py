@@ -331,7 +331,7 @@ class WorkerServicer:
                             tasks.add(task)
                             task.add_done_callback(tasks.discard)
                         else:
-                            self._pipe_call(frame, caller, replies)
+                            serve_pipe_call(self._agent, frame, caller, replies)
             finally:
                 replies.wake()
 
@@ -353,12 +353,9 @@ class WorkerServicer:
             for task in list(tasks):
                 task.cancel()
 
-    def _pipe_call(self, frame: Frame, caller: int, replies: _PipeReplies) -> None:
-        serve_pipe_call(self._agent, frame, caller, replies)
-
     async def _pipe_reply(self, frame: Frame, caller: int) -> Frame:
         """The reply frame of a pipe's control message or remote() (an error reply for a
-        refusal); its Python calls are ``_pipe_call``'s."""
+        refusal); its Python calls are ``serve_pipe_call``'s."""
         if frame.header.HasField("control"):
             return await self._pipe_control(frame.header.control, caller)
         return await self._pipe_remote(frame, caller)

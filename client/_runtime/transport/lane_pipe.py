@@ -99,10 +99,12 @@ class LanePipe(_Calls):
         self._out.put(PIPE, encoded)
 
     def _broke(self, exc: OSError) -> None:
+        self._gone(f"broke: {exc!r}")
+
+    def _gone(self, what: str) -> None:
+        """The connection is over: every pending call fails (UNAVAILABLE, ``what`` said)."""
         self._fail_all(
-            StreamFailed(
-                grpc.StatusCode.UNAVAILABLE, f"the lane pipe to {self.peer!r} broke: {exc!r}"
-            )
+            StreamFailed(grpc.StatusCode.UNAVAILABLE, f"the lane pipe to {self.peer!r} {what}")
         )
 
     def _end_sends_locked(self) -> None:
@@ -130,12 +132,7 @@ class LanePipe(_Calls):
         except (OSError, ValueError) as exc:  # ValueError: closed here (fileno -1)
             chunk, why = b"", repr(exc)
         if not chunk:
-            self._fail_all(
-                StreamFailed(
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"the lane pipe to {self.peer!r} closed{': ' + why if why else ''}",
-                )
-            )
+            self._gone(f"closed: {why}" if why else "closed")
             return False
         if _traffic.counts is not None:
             _traffic.received(_traffic.BULK_LANE, len(chunk))
@@ -156,8 +153,11 @@ class LanePipe(_Calls):
             return False
         return True
 
-    def ended(self) -> None:
-        """The reader let the connection go: close it, and say so once."""
+    def ended(self, why: str = "") -> None:
+        """The reader let the connection go: close it, and say so once. With ``why``, the
+        reader stopped before the connection ended: what is pending fails first."""
+        if why:
+            self._gone(why)
         self.conn.close()
         self._closed(self)
 
@@ -214,8 +214,7 @@ class PipeReader:
         finally:
             for pipe in pipes:
                 pipe.close()
-                pipe.readable()  # fails what is pending: the connection is shut
-                pipe.ended()
+                pipe.ended("closed: the worker's lane closed")
             self._selector.close()
             self._wake_r.close()
             self._wake_w.close()
@@ -234,8 +233,7 @@ class PipeReader:
                 self._selector.register(pipe.conn, selectors.EVENT_READ, pipe)
                 pipes.add(pipe)
             except (OSError, ValueError):  # closed before it was read
-                pipe.readable()
-                pipe.ended()
+                pipe.ended("closed before it was read")
         return not closed
 
 
