@@ -41,6 +41,7 @@ from gradwire._runtime.transport.transport import (
     SERVICE,
     channel_options,
 )
+from gradwire._wire import bulk
 from gradwire._wire.framing import Frame, assemble_one, decode_frame, encode_frame, one_frame
 from gradwire.errors import (
     GradwireError,
@@ -419,7 +420,8 @@ def _lane_pipe_server(agent: Any) -> Callable[[str, bytes, Any], None]:
         header = frame.header
         if not header.HasField("call") or header.call.kind != pb.CALL_KIND_PYTHON:
             raise ValueError("a lane pipe carries Python calls only")
-        serve_pipe_call(agent, frame, caller, writer)
+        bulk.count("pipe_calls_served")  # before the pool can answer it: a caller that has
+        serve_pipe_call(agent, frame, caller, writer)  # its reply sees it counted
 
     return serve
 

@@ -435,7 +435,6 @@ class LanePipes:
                 del buf[:at]
                 for raw in raws:
                     serve(peer, raw, writer)
-                    bulk.count("pipe_calls_served")
             except Exception as exc:  # noqa: BLE001 - a malformed call ends the pipe
                 log.warning(
                     "bulk lane of %s: %s broke the lane pipe: %s; connection closed",
