@@ -150,7 +150,7 @@ def serve_pipe_call(agent: Any, frame: Frame, caller: int, replies: Any) -> None
             finish(reply)
 
     try:
-        agent.pool.submit(run)
+        agent.pool.run(run)
     except RuntimeError as exc:  # the pool closed: the worker is stopping
         callee.leave(caller, True)
         replies.post(encode_frame(error_frame(exc)))

@@ -226,7 +226,7 @@ class Callee:
 
         def on_value(fut: Future[Any]) -> None:  # encode on the pool, not the completer
             try:
-                self._pool.submit(encode, fut)
+                self._pool.run(encode, fut)
             except RuntimeError:  # the pool closed: the worker is stopping
                 encode(fut)
 

@@ -49,6 +49,7 @@ from ..transport.retry import retry_with_backoff
 from ..transport.transport import FAST_LANE_CONTROL, Transport, map_rpc_error
 from . import hooks
 from .callee import ASYNC_EXECUTION_ATTR
+from .pipe import deferred_callbacks
 from .pool import ServingPool
 from .routes import CALL_STREAM, PIPE, choose_route
 
@@ -210,7 +211,7 @@ class Caller:
             if blocking:
                 run()
             else:
-                self._pool.submit(run)
+                self._pool.run(run)
             return fut
 
     def _encode(
@@ -256,10 +257,11 @@ class Caller:
     ) -> None:
 
         def on_done(reply: Frame | None, error: grpc.RpcError | None) -> None:
-            # Runs on the pipe's reader thread (or the watchdog's), which must never run user
-            # callbacks nor block: a plain reply with no callback waiting is decoded and
-            # completed right here (one thread switch less); anything else is handed to the
-            # serving pool.
+            # Runs on the pipe's reader thread (or the watchdog's), which must not block: a
+            # plain reply is decoded and its future completed right here (one thread switch
+            # less). Its callbacks run here too when nothing waits for them (a lane pipe's
+            # reader runs them after the replies it read, and hands its reading over if one
+            # blocks: lane_pipe.PipeReader); anything else is handed to the serving pool.
             decoded: tuple[bool, Any] | None = None
             msg: Message | None = None
             if reply is not None:
@@ -269,9 +271,18 @@ class Caller:
                         decoded = self._decode_reply(peer, call, msg)
                 except BaseException as exc:  # noqa: BLE001 - delivered to the future
                     decoded = (False, exc)
-            if decoded is not None and fut._complete_unless_callbacks(*decoded):
-                self._forget(call.message_id)
-                return
+            if decoded is not None:
+                later = deferred_callbacks()
+                if later is None:
+                    completed = fut._complete_unless_callbacks(*decoded)
+                else:
+                    callbacks = fut._complete_deferring(*decoded)
+                    completed = callbacks is not None
+                    if callbacks:
+                        later.append((fut, callbacks))
+                if completed:
+                    self._forget(call.message_id)
+                    return
 
             def complete() -> None:
                 try:
@@ -288,7 +299,7 @@ class Caller:
                     self._forget(call.message_id)
 
             try:
-                self._pool.submit(complete)
+                self._pool.run(complete)
             except RuntimeError:  # pool closed during shutdown
                 complete()
 

@@ -23,6 +23,7 @@ that was in a failed pipe may or may not have run, as with a unary call that fai
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -44,7 +45,14 @@ from ..._wire.framing import (
 from . import streams
 from .streams import StreamFailed, Watchdog
 
-__all__ = ["Pipe", "CorePipe", "PipeClosed", "open_pipe"]
+__all__ = [
+    "Pipe",
+    "CorePipe",
+    "PipeClosed",
+    "deferred_callbacks",
+    "open_pipe",
+    "run_callbacks_here",
+]
 
 log = logging.getLogger(__name__)
 #: Put in the outbox to end the stream (a batch stops growing at ``BATCH_BYTES``).
@@ -52,6 +60,21 @@ _END = None
 #: done(reply frame or None, error or None): called once per call, on the pipe's reader thread,
 #: the watchdog's thread or the submitting thread; it must not block.
 Done = Callable[[Frame | None, grpc.RpcError | None], None]
+
+
+_reader = threading.local()
+
+
+def deferred_callbacks() -> collections.deque[tuple[Any, list[Any]]] | None:
+    """On a reader thread that runs futures' callbacks itself once the replies it read are
+    delivered (a lane pipe's ``PipeReader``): the queue to append ``(future, callbacks)`` to.
+    None on any other thread (hand the callbacks to the serving pool)."""
+    return getattr(_reader, "later", None)
+
+
+def run_callbacks_here(later: collections.deque[tuple[Any, list[Any]]] | None) -> None:
+    """Make the calling thread one that runs deferred callbacks from ``later`` (None: not)."""
+    _reader.later = later
 
 
 class PipeClosed(Exception):

@@ -33,7 +33,7 @@ __all__ = ["ServingPool"]
 log = logging.getLogger(__name__)
 _IDLE_EXIT_SECONDS = 30.0
 
-_Task = tuple[Callable[..., Any], tuple[Any, ...], ConcurrentFuture[Any]]
+_Task = tuple[Callable[..., Any], tuple[Any, ...], ConcurrentFuture[Any] | None]
 
 
 class _Worker:
@@ -84,7 +84,19 @@ class ServingPool:
             RuntimeError: the pool is closed.
         """
         fut: ConcurrentFuture[Any] = ConcurrentFuture()
-        task = (fn, args, fut)
+        self._put((fn, args, fut))
+        return fut
+
+    def run(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)`` when no one waits for its result (a call's serving, a reply's
+        completion): no Future is made or completed. What it raises is logged.
+
+        Raises:
+            RuntimeError: the pool is closed.
+        """
+        self._put((fn, args, None))
+
+    def _put(self, task: _Task) -> None:
         with self._lock:
             if self._closed:
                 raise RuntimeError("serving pool is closed")
@@ -96,7 +108,6 @@ class ServingPool:
                 worker = None
         if worker is not None:
             worker.park.release()
-        return fut
 
     def on_pool_thread(self) -> bool:
         """Whether the calling thread is one of this pool's."""
@@ -148,7 +159,12 @@ class ServingPool:
         task, me.task = me.task, None
         while task is not None:
             fn, args, fut = task
-            if fut.set_running_or_notify_cancel():
+            if fut is None:
+                try:
+                    fn(*args)
+                except BaseException:  # noqa: BLE001 - no one waits for it: it is logged
+                    log.exception("serving pool: %r failed", fn)
+            elif fut.set_running_or_notify_cancel():
                 try:
                     fut.set_result(fn(*args))
                 except BaseException as exc:  # noqa: BLE001 - delivered to the future
@@ -253,7 +269,8 @@ class ServingPool:
             worker.task = None
             worker.park.release()
         for _, _, fut in queued:
-            fut.cancel()
+            if fut is not None:
+                fut.cancel()
 
 
 class _Blocking:

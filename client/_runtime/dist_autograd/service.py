@@ -300,7 +300,7 @@ class DistAutogradService(hooks.CallHook):
                 run()
                 return out
             try:
-                self.pool.submit(run)
+                self.pool.run(run)
             except RuntimeError as exc:  # the serving pool is closed: the agent is shutting down
                 out.set_exception(
                     RpcShutdownError(f"cannot send gradients to {peer.name!r}: {exc}")

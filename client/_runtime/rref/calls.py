@@ -242,7 +242,7 @@ class RRefCalls:
             svc.run_when_confirmed([], thunk, is_async).add_done_callback(lambda f: _fill(slot, f))
 
         try:
-            svc.pool.submit(run)
+            svc.pool.run(run)
         except RuntimeError as exc:
             svc.enqueue_release(handle)
             raise RpcShutdownError(f"the RPC agent of {svc.ctx.name!r} is stopping") from exc

@@ -146,7 +146,7 @@ class RRefFetch:
                 encode()
                 return
             try:  # filled elsewhere (an async_execution Future's thread): encoding may run
-                svc.pool.submit(encode)  # user code (reducers), so it goes to the pool
+                svc.pool.run(encode)  # user code (reducers), so it goes to the pool
             except RuntimeError:  # pool closed
                 encode()
 

@@ -478,7 +478,7 @@ class RRefService:
                 run()
                 return
             try:
-                self.pool.submit(run)
+                self.pool.run(run)
             except RuntimeError as exc:
                 _settle(out, WorkerUnavailableError(f"worker {self.ctx.name!r} stopped: {exc}"))
 

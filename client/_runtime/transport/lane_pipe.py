@@ -20,11 +20,14 @@ A connection that carried a PIPE record carries nothing else. A peer serves them
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import logging
 import os
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +36,8 @@ import grpc
 from ... import _traffic
 from ..._wire import bulk
 from ..._wire.framing import decode_frame
-from ..calls.pipe import Done, PipeClosed, _Calls, _IdleClose, _Pending
+from ...futures import set_blocking_hook
+from ..calls.pipe import Done, PipeClosed, _Calls, _IdleClose, _Pending, run_callbacks_here
 from ..calls.streams import StreamFailed, Watchdog
 from .lane_io import CALL, PIPE, RECORD, readable, set_timeout, shut, write_all
 from .lane_rest import LINGER_SECONDS
@@ -85,6 +89,8 @@ class LanePipe(_Calls):
         self._idle = _IdleClose(self)
         self._out = Outbox(conn, self._broke)
         self._buf = bytearray()  # what the reader has of a record not yet whole
+        #: the PipeReader that reads it (set when it is added to one)
+        self.reader: PipeReader | None = None
 
     def submit(self, message_id: int, encoded: bytes, timeout: float | None, done: Done) -> None:
         """Write one encoded call frame (this thread writes it, and whatever queued while it
@@ -97,6 +103,20 @@ class LanePipe(_Calls):
         with self._lock:
             self._take_locked(message_id, timeout, done)
         self._out.put(PIPE, encoded)
+
+    def _expire(self, message_id: int) -> None:
+        # The watchdog: the call is past its deadline. Its reply may have come and wait unread
+        # behind a callback the reader is running: then the reading goes to a new thread and
+        # the call has a little longer (once).
+        reader = self.reader
+        if reader is not None and reader.unstick():
+            with self._lock:
+                entry = self._pending.get(message_id)
+            if entry is not None:
+                entry.expired = False
+                self._watchdog.arm(entry, time.monotonic() + HANDOVER_GRACE_SECONDS)
+                return
+        super()._expire(message_id)
 
     def _broke(self, exc: OSError) -> None:
         self._gone(f"broke: {exc!r}")
@@ -162,20 +182,52 @@ class LanePipe(_Calls):
         self._closed(self)
 
 
+#: A reader that has been running callbacks this long hands its reading to a new thread (its
+#: watch looks every ``WATCH_TICK_SECONDS`` while callbacks run, and a call reaching its
+#: deadline looks too: that call then has ``HANDOVER_GRACE_SECONDS`` more, once, for a reply
+#: that may be waiting unread behind the callback).
+STUCK_SECONDS = 0.02
+WATCH_TICK_SECONDS = 0.02
+HANDOVER_GRACE_SECONDS = 0.2
+#: The watch stops looking once no callback has run for this long (an idle worker: no wake-ups).
+WATCH_IDLE_SECONDS = 1.0
+
+
 class PipeReader:
     """One thread reading the replies of every lane pipe of a worker (a selector over their
-    sockets), started with the first pipe."""
+    sockets), started with the first pipe.
 
-    def __init__(self, name: str) -> None:
+    After each round of reads it runs the callbacks of the futures it completed (a
+    parameter server's ``then`` on every call; the serving pool would cost a thread wake-up a
+    reply), after every reply it read was delivered. A callback that blocks (a
+    ``Future.wait``, a blocking RPC: ``blocking_region``) or runs longer than
+    ``STUCK_SECONDS`` hands the reading to a new thread (the *leader*) and keeps only its own
+    callback; the new leader runs the callbacks left. A *watch* thread, started with the first
+    callback, looks every ``WATCH_TICK_SECONDS`` while callbacks run and sleeps otherwise.
+    """
+
+    def __init__(self, name: str, watch_name: str = "") -> None:
+        self._name = name
+        self._watch_name = watch_name or f"{name}-watch"
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._lock = threading.Lock()
         self._added: list[LanePipe] = []
+        self._pipes: set[LanePipe] = set()  # the leader's alone
+        self._later: collections.deque[tuple[Any, list[Any]]] = collections.deque()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        #: when the leader started running callbacks (0.0: it is not running any)
+        self._busy_since = 0.0
+        self._last_round = 0.0  # when the leader last started running callbacks
+        self._watching = False  # the watch is looking (else it sleeps until told)
+        self._watch: threading.Thread | None = None
+        self._wake_watch = threading.Condition(self._lock)
+        self._leader: threading.Thread | None = threading.Thread(
+            target=self._run, name=name, daemon=True
+        )
+        self._leader.start()
 
     def add(self, pipe: LanePipe) -> bool:
         """Read ``pipe``'s replies from now on; False once the reader is closed."""
@@ -183,14 +235,42 @@ class PipeReader:
             if self._closed:
                 return False
             self._added.append(pipe)
+        pipe.reader = self
         self._wake()
         return True
 
     def close(self) -> None:
-        """End the thread; every pipe still read is closed (its pending calls fail)."""
+        """End the thread; every pipe still read is closed (its pending calls fail). A leader
+        held in a callback hands over first, so the pipes close now."""
         with self._lock:
             self._closed = True
+            self._wake_watch.notify()
+        self.unstick(0.0)
         self._wake()
+
+    def unstick(self, after: float = STUCK_SECONDS) -> bool:
+        """Whether the leader has been running callbacks for ``after`` seconds or more; if so a
+        new thread takes the reading over (the held one keeps its callback and stops)."""
+        with self._lock:  # the leader leaves its callbacks under it: never two in select()
+            since = self._busy_since
+            if not since or time.monotonic() - since < after:
+                return False
+            self._hand_over_locked()
+        return True
+
+    def _hand_over_locked(self) -> None:
+        if self._leader is None:  # stopped
+            return
+        self._busy_since = 0.0
+        self._leader = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._leader.start()
+
+    def _blocking(self) -> contextlib.AbstractContextManager[Any]:
+        # The blocking hook of the reader's threads: the leader about to block hands over.
+        with self._lock:
+            if self._leader is threading.current_thread():
+                self._hand_over_locked()
+        return contextlib.nullcontext()
 
     def _wake(self) -> None:
         try:
@@ -199,27 +279,105 @@ class PipeReader:
             pass
 
     def _run(self) -> None:
-        pipes: set[LanePipe] = set()
+        me = threading.current_thread()
+        run_callbacks_here(self._later)
+        set_blocking_hook(self._blocking)
         try:
-            while True:
-                for key, _ in self._selector.select():
-                    pipe: LanePipe | None = key.data
-                    if pipe is None:
-                        if not self._woken(pipes):
-                            return
-                    elif not pipe.readable():
-                        pipes.discard(pipe)
-                        self._selector.unregister(pipe.conn)
-                        pipe.ended()
+            while self._leader is me:
+                if not self._read_round(me):
+                    return
+                self._run_later(me)
         finally:
-            for pipe in pipes:
-                pipe.close()
-                pipe.ended("closed: the worker's lane closed")
-            self._selector.close()
-            self._wake_r.close()
-            self._wake_w.close()
+            if self._leader is me:
+                self._stop()
+            elif self._leader is None:  # stopped while this one was held: what is left
+                self._run_left()
+            elif self._later:  # held in a callback meanwhile: the leader runs what came
+                self._wake()
 
-    def _woken(self, pipes: set[LanePipe]) -> bool:
+    def _read_round(self, me: threading.Thread) -> bool:
+        """Read whatever came (completing futures, their callbacks left for later); False once
+        closed."""
+        for key, _ in self._selector.select(None if not self._later else 0):
+            pipe: LanePipe | None = key.data
+            if pipe is None:
+                if not self._woken():
+                    return False
+            elif not pipe.readable() and self._leader is me:
+                self._pipes.discard(pipe)
+                self._selector.unregister(pipe.conn)
+                pipe.ended()
+            if self._leader is not me:
+                return True
+        return True
+
+    def _run_later(self, me: threading.Thread) -> None:
+        later = self._later
+        if not later:
+            return
+        self._busy_since = self._last_round = time.monotonic()
+        if not self._watching:
+            self._start_watching()
+        try:
+            while later and self._leader is me:
+                try:
+                    fut, callbacks = later.popleft()
+                except IndexError:
+                    return
+                fut._run_callbacks(callbacks)
+        finally:
+            with self._lock:
+                if self._leader is me:
+                    self._busy_since = 0.0
+
+    def _start_watching(self) -> None:
+        with self._lock:
+            self._watching = True
+            if self._watch is None:
+                self._watch = threading.Thread(
+                    target=self._watch_leader, name=self._watch_name, daemon=True
+                )
+                self._watch.start()
+            else:
+                self._wake_watch.notify()
+
+    def _watch_leader(self) -> None:
+        """The watch thread: while callbacks run, a leader held in them for ``STUCK_SECONDS``
+        hands over."""
+        with self._lock:
+            while not self._closed:
+                if not self._watching:
+                    self._wake_watch.wait()
+                    continue
+                self._wake_watch.wait(WATCH_TICK_SECONDS)
+                now, since = time.monotonic(), self._busy_since
+                if since and now - since >= STUCK_SECONDS:
+                    self._hand_over_locked()
+                elif not since and now - self._last_round >= WATCH_IDLE_SECONDS:
+                    self._watching = False
+
+    def _stop(self) -> None:
+        with self._lock:
+            self._leader = None  # no hand-over from here on
+        for pipe in self._pipes:
+            pipe.close()
+            pipe.ended("closed: the worker's lane closed")
+        self._pipes.clear()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+        self._run_left()
+
+    def _run_left(self) -> None:
+        # Stopped: the callbacks of futures already completed still run.
+        while True:
+            try:
+                fut, callbacks = self._later.popleft()
+            except IndexError:
+                return
+            fut._run_callbacks(callbacks)
+
+    def _woken(self) -> bool:
         """Take the pipes added meanwhile; False once closed."""
         try:
             self._wake_r.recv(4096)
@@ -231,7 +389,7 @@ class PipeReader:
         for pipe in added:
             try:
                 self._selector.register(pipe.conn, selectors.EVENT_READ, pipe)
-                pipes.add(pipe)
+                self._pipes.add(pipe)
             except (OSError, ValueError):  # closed before it was read
                 pipe.ended("closed before it was read")
         return not closed
@@ -392,7 +550,9 @@ class LanePipes:
             pipe = LanePipe(conn, peer.name, watchdog, self._frame_limit, self._pipe_ended)
             reader = self._pipe_reader
             if reader is None:
-                reader = self._pipe_reader = PipeReader(f"gradwire-lane-pipes-{self._ctx.name}")
+                reader = self._pipe_reader = PipeReader(
+                    f"gradwire-lane-pipes-{self._ctx.name}", f"gradwire-lane-watch-{self._ctx.name}"
+                )
             if not reader.add(pipe):
                 self._drop(peer.name, conn, True)
                 return None

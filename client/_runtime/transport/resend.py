@@ -113,7 +113,7 @@ class RetryingSend:
             self._on_done(response, error)
             return
         try:
-            self._pool.submit(self._on_done, response, error)
+            self._pool.run(self._on_done, response, error)
         except RuntimeError:  # pool closed: the agent is stopping
             self._on_done(response, error)
 
