@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 import time
 import weakref
+from typing import Any
 
 import pytest
 from gradwire._runtime.calls.pool import ServingPool
@@ -208,3 +210,35 @@ def test_an_adopted_thread_serves_under_the_pool_slots() -> None:
     assert ran[-1] == "lane, after the wait"
     assert pool.submit(lambda: "free again").result(5) == "free again"  # the slot came back
     pool.close()
+
+
+def test_run_serves_work_no_one_waits_for_and_logs_what_it_raises(caplog: Any) -> None:
+    pool = ServingPool(1)  # one thread: the failing task is over before the next runs
+    done = threading.Event()
+    results: list[int] = []
+
+    def boom() -> None:
+        raise ValueError("boom in the pool")
+
+    with caplog.at_level(logging.ERROR, logger="gradwire._runtime.calls.pool"):
+        assert pool.run(boom) is None
+        pool.run(lambda: (results.append(7), done.set()))
+        assert done.wait(5), "the pool stopped serving after a task raised"
+    assert results == [7]
+    assert any(r.exc_info and "boom in the pool" in str(r.exc_info[1]) for r in caplog.records)
+    pool.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.run(print)
+
+
+def test_a_future_completed_deferring_its_callbacks_wakes_its_waiters_first() -> None:
+    fut: Future[int] = Future()
+    ran: list[int] = []
+    fut.add_done_callback(lambda f: ran.append(f.value()))
+    callbacks = fut._complete_deferring(True, 5)
+    assert fut.done() and fut.wait(1) == 5
+    assert ran == [] and callbacks is not None and len(callbacks) == 1
+    fut._run_callbacks(callbacks)
+    assert ran == [5]
+    assert fut._complete_deferring(True, 6) is None  # done already: nothing changes
+    assert fut.wait(1) == 5
