@@ -174,28 +174,14 @@ class Future(Generic[T]):
             waiter.release()
         return True
 
-    def _complete_deferring(self, ok: bool, value: Any) -> list[Callable[[Future[T]], Any]] | None:
-        """Complete with a result (``ok``) or an exception, waking its waiters, but leave its
-        callbacks to the caller: they are returned, to be run with ``_run_callbacks``. None
-        (and nothing changed) when the future is done already.
-
-        For a transport thread that runs callbacks after the replies it read are delivered
-        (a lane pipe's reader): a thread waiting on this future is not kept waiting by
-        another future's callbacks.
-        """
-        with self._lock:
-            if self._state != _PENDING:
-                return None
-            self._state, self._value = (_RESULT if ok else _ERROR), value
-            callbacks, self._callbacks = self._callbacks, []
-            waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            waiter.release()
-        return callbacks
-
-    def _run_callbacks(self, callbacks: list[Callable[[Future[T]], Any]]) -> None:
-        for cb in callbacks:
-            self._run(cb)
+    def _settle(self, ok: bool, value: Any) -> bool:
+        """Complete with a result (``ok``) or an exception, run its callbacks; False (and
+        nothing changed) when it is done already (a shutdown failed it meanwhile)."""
+        try:
+            self._complete(_RESULT if ok else _ERROR, value)
+        except InvalidFutureStateError:
+            return False
+        return True
 
     def _run(self, cb: Callable[[Future[T]], Any]) -> None:
         try:

@@ -231,14 +231,11 @@ def test_run_serves_work_no_one_waits_for_and_logs_what_it_raises(caplog: Any) -
         pool.run(print)
 
 
-def test_a_future_completed_deferring_its_callbacks_wakes_its_waiters_first() -> None:
+def test_settle_completes_a_future_once_and_says_whether_it_did() -> None:
     fut: Future[int] = Future()
     ran: list[int] = []
     fut.add_done_callback(lambda f: ran.append(f.value()))
-    callbacks = fut._complete_deferring(True, 5)
-    assert fut.done() and fut.wait(1) == 5
-    assert ran == [] and callbacks is not None and len(callbacks) == 1
-    fut._run_callbacks(callbacks)
-    assert ran == [5]
-    assert fut._complete_deferring(True, 6) is None  # done already: nothing changes
-    assert fut.wait(1) == 5
+    assert fut._settle(True, 5)
+    assert fut.wait(1) == 5 and ran == [5]
+    assert not fut._settle(False, ValueError("late"))  # done already: nothing changes
+    assert fut.wait(1) == 5 and ran == [5]

@@ -259,9 +259,9 @@ class Caller:
         def on_done(reply: Frame | None, error: grpc.RpcError | None) -> None:
             # Runs on the pipe's reader thread (or the watchdog's), which must not block: a
             # plain reply is decoded and its future completed right here (one thread switch
-            # less). Its callbacks run here too when nothing waits for them (a lane pipe's
-            # reader runs them after the replies it read, and hands its reading over if one
-            # blocks: lane_pipe.PipeReader); anything else is handed to the serving pool.
+            # less). One with callbacks is completed here too on a lane pipe's reader, after
+            # the round of replies it read (it hands its reading over if a callback blocks:
+            # lane_pipe.PipeReader); anything else is handed to the serving pool.
             decoded: tuple[bool, Any] | None = None
             msg: Message | None = None
             if reply is not None:
@@ -273,14 +273,11 @@ class Caller:
                     decoded = (False, exc)
             if decoded is not None:
                 later = deferred_callbacks()
-                if later is None:
-                    completed = fut._complete_unless_callbacks(*decoded)
-                else:
-                    callbacks = fut._complete_deferring(*decoded)
-                    completed = callbacks is not None
-                    if callbacks:
-                        later.append((fut, callbacks))
-                if completed:
+                if fut._complete_unless_callbacks(*decoded):
+                    self._forget(call.message_id)
+                    return
+                if later is not None:  # completed (callbacks and all) after this round's reads
+                    later.append((fut, *decoded))
                     self._forget(call.message_id)
                     return
 

@@ -65,15 +65,16 @@ Done = Callable[[Frame | None, grpc.RpcError | None], None]
 _reader = threading.local()
 
 
-def deferred_callbacks() -> collections.deque[tuple[Any, list[Any]]] | None:
-    """On a reader thread that runs futures' callbacks itself once the replies it read are
-    delivered (a lane pipe's ``PipeReader``): the queue to append ``(future, callbacks)`` to.
-    None on any other thread (hand the callbacks to the serving pool)."""
+def deferred_callbacks() -> collections.deque[tuple[Any, bool, Any]] | None:
+    """On a reader thread that completes futures with callbacks itself, after the replies it
+    read (a lane pipe's ``PipeReader``): the queue to append ``(future, ok, value)`` to. None
+    on any other thread (hand the completion to the serving pool)."""
     return getattr(_reader, "later", None)
 
 
-def run_callbacks_here(later: collections.deque[tuple[Any, list[Any]]] | None) -> None:
-    """Make the calling thread one that runs deferred callbacks from ``later`` (None: not)."""
+def run_callbacks_here(later: collections.deque[tuple[Any, bool, Any]] | None) -> None:
+    """Make the calling thread one that completes futures with callbacks from ``later`` (None:
+    not)."""
     _reader.later = later
 
 

@@ -197,9 +197,9 @@ class PipeReader:
     """One thread reading the replies of every lane pipe of a worker (a selector over their
     sockets), started with the first pipe.
 
-    After each round of reads it runs the callbacks of the futures it completed (a
-    parameter server's ``then`` on every call; the serving pool would cost a thread wake-up a
-    reply), after every reply it read was delivered. A callback that blocks (a
+    It completes the futures of the replies it reads; one with callbacks (a parameter server's
+    ``then`` on every call) after the round of reads, with its callbacks run right here (the
+    serving pool would cost a thread wake-up a reply). A callback that blocks (a
     ``Future.wait``, a blocking RPC: ``blocking_region``) or runs longer than
     ``STUCK_SECONDS`` hands the reading to a new thread (the *leader*) and keeps only its own
     callback; the new leader runs the callbacks left. A *watch* thread, started with the first
@@ -216,7 +216,7 @@ class PipeReader:
         self._lock = threading.Lock()
         self._added: list[LanePipe] = []
         self._pipes: set[LanePipe] = set()  # the leader's alone
-        self._later: collections.deque[tuple[Any, list[Any]]] = collections.deque()
+        self._later: collections.deque[tuple[Any, bool, Any]] = collections.deque()
         self._closed = False
         #: when the leader started running callbacks (0.0: it is not running any)
         self._busy_since = 0.0
@@ -296,8 +296,8 @@ class PipeReader:
                 self._wake()
 
     def _read_round(self, me: threading.Thread) -> bool:
-        """Read whatever came (completing futures, their callbacks left for later); False once
-        closed."""
+        """Read whatever came (futures with callbacks are left for after the round); False
+        once closed."""
         for key, _ in self._selector.select(None if not self._later else 0):
             pipe: LanePipe | None = key.data
             if pipe is None:
@@ -321,10 +321,10 @@ class PipeReader:
         try:
             while later and self._leader is me:
                 try:
-                    fut, callbacks = later.popleft()
+                    fut, ok, value = later.popleft()
                 except IndexError:
                     return
-                fut._run_callbacks(callbacks)
+                fut._settle(ok, value)
         finally:
             with self._lock:
                 if self._leader is me:
@@ -369,13 +369,13 @@ class PipeReader:
         self._run_left()
 
     def _run_left(self) -> None:
-        # Stopped: the callbacks of futures already completed still run.
+        # Stopped: the futures whose replies came are still completed.
         while True:
             try:
-                fut, callbacks = self._later.popleft()
+                fut, ok, value = self._later.popleft()
             except IndexError:
                 return
-            fut._run_callbacks(callbacks)
+            fut._settle(ok, value)
 
     def _woken(self) -> bool:
         """Take the pipes added meanwhile; False once closed."""
