@@ -21,7 +21,9 @@ worker's ``/proc`` entries, so no framework measures itself):
   threads       threads per worker (max), idle after the all-to-all
   idle_cpu_s    CPU seconds the whole cluster used in 3 s with no calls (after 6 s to settle)
   fanin_cps     fan-in, the parameter-server pattern: worker 0 calls a noop on every other
-                worker ``--calls`` times each, ``--inflight`` calls in flight; calls per second
+                worker ``--calls`` times each (at least ``MIN_FANIN_CALLS`` calls in all: at
+                N=2, 200 calls were over in 75 ms, mostly the ramp), ``--inflight`` calls in
+                flight; calls per second
   fanin_p50/p99 those calls' latencies (ms), from start to the future's callback
   fanin CPU/call the CPU time worker 0 (caller) and all the others (callees) spent during the
                 fan-in, per call (us): with 2 cores, calls/s can be no more than
@@ -124,10 +126,18 @@ def _all_to_all(rpc: Any, rank: int, n: int, rounds: int) -> float:
     return statistics.median(times)
 
 
+MIN_FANIN_CALLS = 6000
+
+
+def _calls_each(calls: int, n: int) -> int:
+    """The fan-in's calls to each of the ``n - 1`` callees."""
+    return max(calls, -(-MIN_FANIN_CALLS // (n - 1)))
+
+
 def _fan_in(rpc: Any, n: int, calls: int, inflight: int) -> dict[str, float]:
     """Worker 0 calls every other worker ``calls`` times, ``inflight`` calls at once."""
     peers = [f"w{r}" for r in range(1, n)]
-    order = [peers[i % len(peers)] for i in range(calls * len(peers))]
+    order = [peers[i % len(peers)] for i in range(_calls_each(calls, n) * len(peers))]
     slots = threading.Semaphore(inflight)
     done = threading.Event()
     latencies: list[float] = []
@@ -314,7 +324,7 @@ def run_one(contestant: str, n: int, args: dict[str, int], deadline: float) -> d
             result[key] = collect(key, 1)[0]
         wait_barrier()  # the fan-in is over: what it cost the caller and the callees
         cpu = [_cpu_seconds(pid) - c for pid, c in zip(pids, cpu)]
-        calls = args["calls"] * (n - 1)
+        calls = _calls_each(args["calls"], n) * (n - 1)
         result["fanin_caller_us"] = 1e6 * cpu[0] / calls
         result["fanin_callees_us"] = 1e6 * sum(cpu[1:]) / calls
         result["fanout_ms"] = 1e3 * collect("fanout", 1)[0]
