@@ -159,8 +159,11 @@ def _fan_in(rpc: Any, n: int, calls: int, inflight: int) -> dict[str, float]:
         if last:
             done.set()
 
-    for p in peers:  # warm-up: a call to each
+    for p in peers:  # warm-up: a call to each, then three rounds of rpc_async to all
         rpc.rpc_sync(p, noop)
+    for _ in range(3):  # (gradwire opens a lane pipe in the background at the first)
+        for f in [rpc.rpc_async(p, noop) for p in peers]:
+            f.wait()
     t = time.perf_counter()
     for p in order:
         slots.acquire()
