@@ -7,6 +7,7 @@ the record framing."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
 import random
@@ -319,18 +320,30 @@ def test_a_pipe_from_many_threads_writes_whole_records_and_takes_replies_cut_any
 # -- callbacks on the caller's reader ----------------------------------------------------------
 
 
-def _held_callback(gate: threading.Event, seen: list[str]) -> Any:
-    """A call whose reply's callback holds the reader (a wait gradwire cannot see) until
-    ``gate`` is set; its callback was added before the reply came."""
+@contextlib.contextmanager
+def _held_callback() -> Iterator[None]:
+    """Inside: the reply of a call has a callback holding the reader (a wait gradwire cannot
+    see; the callback was added before the reply came). At the end it is let go, and its
+    chained future must get the call's value."""
     _warm()
-    held = rpc.rpc_async(MAIN, bodies.sleep_then, (0.2, "held"))
+    gate, seen = threading.Event(), []
 
     def hold(f: Any) -> str:
         seen.append(threading.current_thread().name)
         assert gate.wait(30), "the test never let the callback go"
         return f.wait()
 
-    return held.then(hold)
+    chained = rpc.rpc_async(MAIN, bodies.sleep_then, (0.2, "held")).then(hold)
+    try:
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen, "the callback never ran"
+        yield
+        assert not chained.done()
+    finally:
+        gate.set()
+    assert chained.wait(10) == "held"
 
 
 def test_reply_callbacks_run_on_the_lane_reader_after_its_replies(main: None) -> None:
@@ -348,19 +361,9 @@ def test_reply_callbacks_run_on_the_lane_reader_after_its_replies(main: None) ->
 
 def test_a_callback_that_holds_the_reader_holds_up_no_other_reply(main: None) -> None:
     """The watch sees the reader held in a callback and hands the reading to a new thread."""
-    gate, seen = threading.Event(), []
-    chained = _held_callback(gate, seen)
-    try:
-        deadline = time.monotonic() + 10
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert seen, "the callback never ran"
+    with _held_callback():
         others = [rpc.rpc_async(MAIN, operator.add, (i, 1)) for i in range(20)]
         assert [f.wait(10) for f in others] == list(range(1, 21))
-        assert not chained.done()
-    finally:
-        gate.set()
-    assert chained.wait(10) == "held"
 
 
 def test_a_callback_that_waits_on_a_call_hands_the_reading_over(
@@ -382,14 +385,5 @@ def test_a_reply_read_late_behind_a_callback_still_meets_its_deadline(
     """Without the watch, a call that reaches its deadline while its reply waits unread
     behind a held callback hands the reading over and gets its reply, not a timeout."""
     monkeypatch.setattr(lane_pipe.PipeReader, "_start_watching", lambda self: None)
-    gate, seen = threading.Event(), []
-    chained = _held_callback(gate, seen)
-    try:
-        deadline = time.monotonic() + 10
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert seen, "the callback never ran"
+    with _held_callback():
         assert rpc.rpc_async(MAIN, operator.add, (1, 2), timeout=0.5).wait(10) == 3
-    finally:
-        gate.set()
-    assert chained.wait(10) == "held"
