@@ -272,10 +272,10 @@ class Caller:
                 except BaseException as exc:  # noqa: BLE001 - delivered to the future
                     decoded = (False, exc)
             if decoded is not None:
-                later = deferred_callbacks()
                 if fut._complete_unless_callbacks(*decoded):
                     self._forget(call.message_id)
                     return
+                later = deferred_callbacks()
                 if later is not None:  # completed (callbacks and all) after this round's reads
                     later.append((fut, *decoded))
                     self._forget(call.message_id)

@@ -107,7 +107,7 @@ class LanePipe(_Calls):
     def _expire(self, message_id: int) -> None:
         # The watchdog: the call is past its deadline. Its reply may have come and wait unread
         # behind a callback the reader is running: then the reading goes to a new thread and
-        # the call has a little longer (once).
+        # the call has a little longer (once per hand-over: a reader not held fails it).
         reader = self.reader
         if reader is not None and reader.unstick():
             with self._lock:
