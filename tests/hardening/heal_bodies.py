@@ -86,6 +86,24 @@ def frozen_and_thawed(rank: int, world_size: int, timeouts: list[float]) -> Any:
     }
 
 
+def async_first_to_a_frozen_worker(rank: int, world_size: int, timeout: float) -> Any:
+    """Rank 0: worker1 is frozen before any tensor went to it, then an ``rpc_async`` carrying
+    1 MiB (bulk-lane bytes: encoding it waits on the lane's connection, which the frozen
+    worker never answers) must still fail within its timeout, the wait included."""
+    if rank != 0:
+        return None
+    w1 = "worker1"
+    victim = rpc.rpc_sync(w1, pid)
+    big = gw.ones(1 << 18)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        outcome = _timed(lambda: rpc.rpc_async(w1, scale, (big,), timeout=timeout).wait())
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    back_s = wait_until(lambda: w1 not in lost_peers(), 30.0)
+    return {"outcome": outcome, "back_after_thaw_s": back_s}
+
+
 _held: list[int] = []
 _holding = threading.Event()
 

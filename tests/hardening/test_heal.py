@@ -70,6 +70,25 @@ def test_a_frozen_worker_keeps_every_deadline_and_heals_when_thawed(route: str) 
     print(f"frozen and thawed ({route}): {r}")
 
 
+def test_an_async_call_whose_tensors_wait_on_the_lane_keeps_its_timeout() -> None:
+    """The wait for the bulk lane's connection while encoding counts against an rpc_async's
+    timeout: the call pipe is given only what is left (it was given the whole timeout again,
+    so a call could fail at twice its timeout)."""
+    timeout = 1.0
+    results = run_cluster(
+        2,
+        bodies.async_first_to_a_frozen_worker,
+        timeout,
+        timeout=120,
+        options={"rpc_timeout": 20.0, "peer_lost_seconds": 5.0, **ROUTES["tcp lanes"]},
+    )
+    r = results[0].value
+    outcome, elapsed = r["outcome"]
+    assert outcome in ("RpcTimeoutError", "WorkerUnavailableError"), r
+    assert elapsed < timeout + MARGIN, r
+    assert r["back_after_thaw_s"] < 10, r
+
+
 class _FlakyListener:
     """A listener whose accept fails with EMFILE a few times, then hands out real sockets."""
 

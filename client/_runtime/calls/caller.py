@@ -156,12 +156,15 @@ class Caller:
                 self._dest[call.message_id] = peer.id
                 if shared:
                     self._shm_sent[call.message_id] = shared
+            # The call's clock starts once it is encoded (pickling does not count, as in
+            # PyTorch), less what encoding waited on the network.
+            started = time.monotonic() - budget.spent
             if hooks.needed(call):  # a dist autograd context, or metrics: they track the answer
                 hooks.call_started(
                     call,
                     peer.id,
                     fut,
-                    time.monotonic() + timeout if timeout else None,
+                    started + timeout if timeout else None,
                     "rpc_sync" if blocking else "rpc_async",
                 )
             if ctx is None:  # plain arguments: already one whole frame
@@ -171,9 +174,6 @@ class Caller:
                 if single:
                     frame = one_frame(first, buffers)
             what = f"rpc to {name}"
-            # The call's clock starts once it is encoded (pickling does not count, as in
-            # PyTorch), less what encoding waited on the network.
-            started = time.monotonic() - budget.spent
             budget.deadline = None  # the call's own timeout rules from here
             reply_later = bool(
                 getattr(fn, ASYNC_EXECUTION_ATTR, False) or (ctx and ctx.objects.get("R"))
@@ -301,16 +301,18 @@ class Caller:
                 complete()
 
         encoded = encode_frame(frame)
+        # What encoding waited on the network (a bulk-lane connection) already counts.
+        left = _left_of(timeout, started)
         if lane_ok and ASYNC_ON_LANE:
             # On the peer's lane pipe when it has one: written from this thread with whatever
             # queued meanwhile, the replies of every peer read by one thread (docs/wire.md).
             try:
-                if self._transport.lane_pipe_call(peer, call.message_id, encoded, timeout, on_done):
+                if self._transport.lane_pipe_call(peer, call.message_id, encoded, left, on_done):
                     return
             except GradwireError:  # shut down before anything was sent: the pipe says how
                 pass
         try:
-            self._transport.pipe_call(dial, call.message_id, encoded, timeout, on_done)
+            self._transport.pipe_call(dial, call.message_id, encoded, left, on_done)
         except GradwireError as exc:
             self._fail(fut, exc)
             self._forget(call.message_id)
