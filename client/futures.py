@@ -18,7 +18,14 @@ from typing import Any, Generic, TypeVar
 
 from .errors import FuturePicklingError, InvalidFutureStateError, callback_error
 
-__all__ = ["Future", "collect_all", "wait_all", "blocking_region", "set_blocking_hook"]
+__all__ = [
+    "Future",
+    "collect_all",
+    "wait_all",
+    "blocking_hook",
+    "blocking_region",
+    "set_blocking_hook",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,6 +41,11 @@ def set_blocking_hook(hook: Callable[[], contextlib.AbstractContextManager[Any]]
         hook: a factory of context managers (the serving pool's ``blocking``), or None to clear.
     """
     _local.hook = hook
+
+
+def blocking_hook() -> Callable[[], contextlib.AbstractContextManager[Any]] | None:
+    """The current thread's blocking hook (None: none)."""
+    return getattr(_local, "hook", None)
 
 
 _NO_POOL = contextlib.nullcontext()

@@ -408,10 +408,13 @@ def _lane_server(agent: Any, lane: _Lane) -> Callable[[str, bytes], bytes]:
 
 def _lane_pipe_server(agent: Any) -> Callable[[str, bytes, Any], None]:
     """``BulkLane.serve_pipe`` of ``agent``: a call that came on a lane pipe, admitted and
-    served on the pool as a ``CallPipe`` call is (``serve_pipe_call``), its reply posted to the
-    pipe's writer. Only Python calls come this way (anything else breaks the pipe: raises)."""
+    served as a ``CallPipe`` call is (``serve_pipe_call``): inline on the pipe's reader when the
+    pipe allows it and a serving slot is free, else on the pool; its reply posted to the pipe.
+    Only Python calls come this way (anything else breaks the pipe: raises)."""
+    pool = agent.pool
 
-    def serve(peer: str, raw: bytes, writer: Any) -> None:
+    def serve(peer: str, raw: bytes, pipe: Any) -> None:
+        pool.adopt()  # the reader serves under the pool's slots
         if not agent.is_ready():  # a call before the rendezvous ended waits for it (admit
             agent.wait_ready_blocking(agent.options.init_timeout)  # refuses it if in vain)
         known = agent.by_name.get(peer)
@@ -420,8 +423,8 @@ def _lane_pipe_server(agent: Any) -> Callable[[str, bytes, Any], None]:
         header = frame.header
         if not header.HasField("call") or header.call.kind != pb.CALL_KIND_PYTHON:
             raise ValueError("a lane pipe carries Python calls only")
-        bulk.count("pipe_calls_served")  # before the pool can answer it: a caller that has
-        serve_pipe_call(agent, frame, caller, writer)  # its reply sees it counted
+        bulk.count("pipe_calls_served")  # before it is answered: a caller that has its
+        serve_pipe_call(agent, frame, caller, pipe, pipe.inline())  # reply sees it counted
 
     return serve
 

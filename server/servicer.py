@@ -9,6 +9,7 @@ travel inside the reply frame and are rebuilt on the caller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -109,11 +110,17 @@ def _value_or_error(fut: Future[Any], callee: Any, call: pb.CallHeader) -> Any:
         return callee.encode_error(call, exc)
 
 
-def serve_pipe_call(agent: Any, frame: Frame, caller: int, replies: Any) -> None:
-    """Admit a pipe's Python call and serve it on the pool, which posts its encoded reply to
-    ``replies.post`` (a reply that comes later is posted when it does, holding no thread
-    meanwhile). From the I/O loop (a gRPC ``CallPipe``) or a bulk lane's reader (a lane
-    pipe)."""
+def serve_pipe_call(
+    agent: Any,
+    frame: Frame,
+    caller: int,
+    replies: Any,
+    inline: contextlib.AbstractContextManager[Any] | None = None,
+) -> None:
+    """Admit a pipe's Python call and serve it, posting its encoded reply to ``replies.post``
+    (a reply that comes later is posted when it does, holding no thread meanwhile). From the
+    I/O loop (a gRPC ``CallPipe``: on the pool) or a bulk lane's reader (a lane pipe: with
+    ``inline``, right here inside it when a serving slot is free, else on the pool)."""
     callee = agent.callee
     call = frame.header.call
 
@@ -149,8 +156,16 @@ def serve_pipe_call(agent: Any, frame: Frame, caller: int, replies: Any) -> None
         else:
             finish(reply)
 
+    pool = agent.pool
+    if inline is not None and pool.try_slot():
+        try:
+            with inline:
+                run()
+        finally:
+            pool.release_slot()
+        return
     try:
-        agent.pool.run(run)
+        pool.run(run)
     except RuntimeError as exc:  # the pool closed: the worker is stopping
         callee.leave(caller, True)
         replies.post(encode_frame(error_frame(exc)))

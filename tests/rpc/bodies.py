@@ -49,6 +49,56 @@ def seen(key: str) -> bool:
     return key in _state
 
 
+def thread_name() -> str:
+    return threading.current_thread().name
+
+
+_naps = {"now": 0, "peak": 0}
+_naps_lock = threading.Lock()
+
+
+def nap(seconds: float) -> int:
+    """Sleep (a wait gradwire cannot see), counting how many naps run at once."""
+    with _naps_lock:
+        _naps["now"] += 1
+        _naps["peak"] = max(_naps["peak"], _naps["now"])
+    try:
+        time.sleep(seconds)
+    finally:
+        with _naps_lock:
+            _naps["now"] -= 1
+    return 1
+
+
+def naps_peak(reset: bool = False) -> int:
+    """The most naps that ran at once (since the last reset)."""
+    with _naps_lock:
+        peak = _naps["peak"]
+        if reset:
+            _naps["peak"] = 0
+    return peak
+
+
+_gates: dict[str, threading.Event] = {}
+
+
+def wait_gate(key: str, seconds: float) -> str:
+    """Wait on a plain Event (a wait gradwire cannot see) until ``open_gate(key)``."""
+    gate = _gates.setdefault(key, threading.Event())
+    return "opened" if gate.wait(seconds) else "timed out"
+
+
+def open_gate(key: str) -> str:
+    _gates.setdefault(key, threading.Event()).set()
+    return "open"
+
+
+def wait_on_call(value: int) -> int:
+    """Wait (a blocking wait gradwire sees) on an rpc_async to this same worker."""
+    me = rpc.get_worker_info().name
+    return int(rpc.rpc_async(me, operator.mul, (value, 10)).wait(10))
+
+
 # -- bodies --------------------------------------------------------------------------------------
 
 

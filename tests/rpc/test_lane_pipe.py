@@ -25,7 +25,7 @@ from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime import agent as agent_mod
 from gradwire._runtime.calls import pipe as pipes
 from gradwire._runtime.calls.streams import Watchdog
-from gradwire._runtime.transport import lane_pipe
+from gradwire._runtime.transport import lane_lead, lane_pipe
 from gradwire._runtime.transport.lane_io import CALL, PIPE, RECORD
 from gradwire._wire import bulk, calls, pickler
 from gradwire._wire.framing import Frame, decode_frame, encode_frame
@@ -371,7 +371,7 @@ def test_a_callback_that_waits_on_a_call_hands_the_reading_over(
 ) -> None:
     """Without the watch, the blocking wait itself hands over: the inner call's reply, read
     by the new reader, does not deadlock the callback that waits for it."""
-    monkeypatch.setattr(lane_pipe.PipeReader, "_start_watching", lambda self: None)
+    monkeypatch.setattr(lane_lead.Watch, "_start", lambda self: None)
     _warm()
     outer = rpc.rpc_async(MAIN, bodies.sleep_then, (0.2, 4))
     chained = outer.then(lambda f: rpc.rpc_async(MAIN, operator.mul, (f.wait(), 10)).wait(10))
@@ -384,6 +384,59 @@ def test_a_reply_read_late_behind_a_callback_still_meets_its_deadline(
 ) -> None:
     """Without the watch, a call that reaches its deadline while its reply waits unread
     behind a held callback hands the reading over and gets its reply, not a timeout."""
-    monkeypatch.setattr(lane_pipe.PipeReader, "_start_watching", lambda self: None)
+    monkeypatch.setattr(lane_lead.Watch, "_start", lambda self: None)
     with _held_callback():
         assert rpc.rpc_async(MAIN, operator.add, (1, 2), timeout=0.5).wait(10) == 3
+
+
+# -- calls served on the callee's reader ------------------------------------------------------
+
+
+def _quick_pipes() -> None:
+    """Forget the slow calls of earlier tests: the pipes serve inline again."""
+    for served in list(_lane()._pipes_served.values()):
+        served._pool_until, served._slow = 0.0, 0
+
+
+def test_quick_calls_are_served_on_the_pipes_reader(main: None) -> None:
+    _warm()
+    _quick_pipes()
+    names = [rpc.rpc_async(MAIN, bodies.thread_name).wait(10) for _ in range(20)]
+    assert any(n.startswith("gradwire-bulk-reader") for n in names), names
+    futs = [rpc.rpc_async(MAIN, operator.mul, (i, 7)) for i in range(200)]
+    assert [f.wait(10) for f in futs] == [i * 7 for i in range(200)]
+
+
+def test_calls_that_are_slow_one_after_the_other_go_to_the_pool(main: None) -> None:
+    """Naps of 10 ms, each too short for the watch: served inline they would run one at a
+    time; after two slow ones the pipe gives its calls to the pool, which runs them side by
+    side."""
+    _warm()
+    _quick_pipes()
+    bodies.naps_peak(reset=True)
+    futs = [rpc.rpc_async(MAIN, bodies.nap, (0.01,)) for _ in range(40)]
+    assert sum(f.wait(20) for f in futs) == 40
+    assert bodies.naps_peak() >= 2
+
+
+def test_a_call_held_on_a_wait_gradwire_cannot_see_holds_up_no_other_call(main: None) -> None:
+    """The first call waits on a plain Event that only the second call, on the same pipe,
+    sets: served inline, the watch hands the reading over, and the second call opens it."""
+    _warm()
+    _quick_pipes()
+    held = rpc.rpc_async(MAIN, bodies.wait_gate, ("inline-held", 20.0))
+    time.sleep(0.05)
+    assert rpc.rpc_async(MAIN, bodies.open_gate, ("inline-held",)).wait(10) == "open"
+    assert held.wait(30) == "opened"
+
+
+def test_a_call_that_waits_on_a_call_on_its_own_pipe_hands_the_reading_over(
+    main: None, monkeypatch: Any
+) -> None:
+    """Without the watch, the blocking wait itself hands over: the inner call, which comes on
+    the pipe the outer one is served from, is read and served by the new leader."""
+    monkeypatch.setattr(lane_lead.Watch, "_start", lambda self: None)
+    _warm()
+    _quick_pipes()
+    assert rpc.rpc_async(MAIN, bodies.wait_on_call, (4,)).wait(20) == 40
+    assert rpc.rpc_async(MAIN, operator.add, (1, 1)).wait(10) == 2

@@ -222,6 +222,20 @@ class ServingPool:
         finally:
             self._release_slot()
 
+    def try_slot(self) -> bool:
+        """On an adopted thread: take a slot if one is free now (never waits: False when all
+        are taken, or the pool is closed); give it back with :meth:`release_slot`."""
+        with self._lock:
+            if self._closed or not self._slot_for_new_work():
+                return False
+            self._running += 1
+        self._local.released = False
+        return True
+
+    def release_slot(self) -> None:
+        """Give back the slot :meth:`try_slot` took."""
+        self._release_slot()
+
     def blocking(self) -> _Blocking:
         """Give the calling thread's slot back while it blocks; take one again afterwards."""
         return _Blocking(self)

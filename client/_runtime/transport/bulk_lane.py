@@ -324,7 +324,7 @@ class BulkLane(LaneCalls, LanePipes):
     def _drop_inbound(self, conn: socket.socket) -> None:
         with self._lock:
             self._conns.discard(conn)
-            self._pipe_writers.pop(conn, None)
+        self._served_ended(conn)
         conn.close()
 
     def _handshake(self, conn: socket.socket) -> str:
@@ -367,7 +367,7 @@ class BulkLane(LaneCalls, LanePipes):
         for ``LINGER_SECONDS``: its thread ends, ``_resume`` starts another when it is
         readable), False when it broke or the peer broke the protocol."""
         inbox = self.inbox
-        if conn in self._pipe_writers:  # back from resting: a lane pipe's connection
+        if conn in self._pipes_served:  # back from resting, or handed over: a lane pipe's
             return self._serve_pipe(conn, peer)
         while True:
             if not readable(conn, LINGER_SECONDS) and self._rest.add(

@@ -8,8 +8,10 @@ and the loop again) costs more still; measured at 32 workers, 170-200 us of the 
 and 260-670 us of the callees' per noop call. On a lane pipe a caller writes its frame from the
 calling thread (what queued meanwhile goes with it, as one write), one reader thread per worker
 (``PipeReader``, a selector over every pipe) reads whatever replies came, and the callee's
-reader for the connection reads whatever calls came, hands each to the serving pool, and the
-pool threads write the replies back, joined when they come together (``PipeWriter``).
+reader for the connection reads whatever calls came and serves each itself while calls are
+quick, else hands it to the serving pool; the threads that have replies write them back,
+joined when they come together (``ServedPipe``). Either reader that is held in what it runs
+hands its reading to a new thread (``lane_lead``).
 
 Records, on a lane connection after the handshake: ``[u64 PIPE][u64 n][a call frame]`` from
 the caller; ``[u64 CALL][u64 n][a reply frame]`` back, in any order, each naming its call
@@ -36,10 +38,11 @@ import grpc
 from ... import _traffic
 from ..._wire import bulk
 from ..._wire.framing import decode_frame
-from ...futures import set_blocking_hook
+from ...futures import blocking_hook, set_blocking_hook
 from ..calls.pipe import Done, PipeClosed, _Calls, _IdleClose, _Pending, run_callbacks_here
 from ..calls.streams import StreamFailed, Watchdog
 from .lane_io import CALL, PIPE, RECORD, readable, set_timeout, shut, write_all
+from .lane_lead import STUCK_SECONDS, Watch
 from .lane_rest import LINGER_SECONDS
 
 __all__ = [
@@ -47,8 +50,8 @@ __all__ = [
     "LanePipes",
     "Outbox",
     "PipeReader",
-    "PipeWriter",
     "ServePipe",
+    "ServedPipe",
     "READ_BYTES",
     "take_records",
 ]
@@ -182,15 +185,9 @@ class LanePipe(_Calls):
         self._closed(self)
 
 
-#: A reader that has been running callbacks this long hands its reading to a new thread (its
-#: watch looks every ``WATCH_TICK_SECONDS`` while callbacks run, and a call reaching its
-#: deadline looks too: that call then has ``HANDOVER_GRACE_SECONDS`` more, once, for a reply
-#: that may be waiting unread behind the callback).
-STUCK_SECONDS = 0.02
-WATCH_TICK_SECONDS = 0.02
+#: A call reaching its deadline while the reader is held in a callback hands the reading over
+#: (``lane_lead``) and has this much more, once, for a reply that may be waiting unread.
 HANDOVER_GRACE_SECONDS = 0.2
-#: The watch stops looking once no callback has run for this long (an idle worker: no wake-ups).
-WATCH_IDLE_SECONDS = 1.0
 
 
 class PipeReader:
@@ -201,14 +198,19 @@ class PipeReader:
     ``then`` on every call) after the round of reads, with its callbacks run right here (the
     serving pool would cost a thread wake-up a reply). A callback that blocks (a
     ``Future.wait``, a blocking RPC: ``blocking_region``) or runs longer than
-    ``STUCK_SECONDS`` hands the reading to a new thread (the *leader*) and keeps only its own
-    callback; the new leader runs the callbacks left. A *watch* thread, started with the first
-    callback, looks every ``WATCH_TICK_SECONDS`` while callbacks run and sleeps otherwise.
+    ``STUCK_SECONDS`` (seen by the worker's ``lane_lead.Watch``) hands the reading to a new
+    thread (the *leader*) and keeps only its own callback; the new leader runs the callbacks
+    left.
+
+    Args:
+        name: the reading threads' name.
+        watch: the worker's watch (None: one of its own, closed with the reader).
     """
 
-    def __init__(self, name: str, watch_name: str = "") -> None:
+    def __init__(self, name: str, watch: Watch | None = None) -> None:
         self._name = name
-        self._watch_name = watch_name or f"{name}-watch"
+        self._own_watch = watch is None
+        self._watch = Watch(f"{name}-watch") if watch is None else watch
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -220,10 +222,7 @@ class PipeReader:
         self._closed = False
         #: when the leader started running callbacks (0.0: it is not running any)
         self._busy_since = 0.0
-        self._last_round = 0.0  # when the leader last started running callbacks
-        self._watching = False  # the watch is looking (else it sleeps until told)
-        self._watch: threading.Thread | None = None
-        self._wake_watch = threading.Condition(self._lock)
+        self._watch.add(self)
         self._leader: threading.Thread | None = threading.Thread(
             target=self._run, name=name, daemon=True
         )
@@ -244,7 +243,9 @@ class PipeReader:
         held in a callback hands over first, so the pipes close now."""
         with self._lock:
             self._closed = True
-            self._wake_watch.notify()
+        self._watch.discard(self)
+        if self._own_watch:
+            self._watch.close()
         self.unstick(0.0)
         self._wake()
 
@@ -315,9 +316,7 @@ class PipeReader:
         later = self._later
         if not later:
             return
-        self._busy_since = self._last_round = time.monotonic()
-        if not self._watching:
-            self._start_watching()
+        self._busy_since = self._watch.busy()
         try:
             while later and self._leader is me:
                 try:
@@ -329,32 +328,6 @@ class PipeReader:
             with self._lock:
                 if self._leader is me:
                     self._busy_since = 0.0
-
-    def _start_watching(self) -> None:
-        with self._lock:
-            self._watching = True
-            if self._watch is None:
-                self._watch = threading.Thread(
-                    target=self._watch_leader, name=self._watch_name, daemon=True
-                )
-                self._watch.start()
-            else:
-                self._wake_watch.notify()
-
-    def _watch_leader(self) -> None:
-        """The watch thread: while callbacks run, a leader held in them for ``STUCK_SECONDS``
-        hands over."""
-        with self._lock:
-            while not self._closed:
-                if not self._watching:
-                    self._wake_watch.wait()
-                    continue
-                self._wake_watch.wait(WATCH_TICK_SECONDS)
-                now, since = time.monotonic(), self._busy_since
-                if since and now - since >= STUCK_SECONDS:
-                    self._hand_over_locked()
-                elif not since and now - self._last_round >= WATCH_IDLE_SECONDS:
-                    self._watching = False
 
     def _stop(self) -> None:
         with self._lock:
@@ -443,23 +416,144 @@ class Outbox:
                 _traffic.sent(_traffic.BULK_LANE, len(data))
 
 
-class PipeWriter:
-    """The callee's end of one lane pipe: replies posted by any thread (``post``), written
-    back as CALL records (``Outbox``)."""
+#: ``SLOW_IN_A_ROW`` calls served inline one after the other that each took longer than
+#: ``INLINE_MAX_SECONDS``, or one handed over, send the pipe's calls to the serving pool for
+#: ``POOL_SPELL_SECONDS`` (then inline is tried again): slow handlers (a sleep, I/O, a GIL-free
+#: kernel) keep the pool's concurrency. One slow call alone does not: on a loaded machine a
+#: quick call is slow when the leader is preempted in it.
+INLINE_MAX_SECONDS = 0.002
+SLOW_IN_A_ROW = 2
+POOL_SPELL_SECONDS = 1.0
 
-    def __init__(self, conn: socket.socket) -> None:
+
+class ServedPipe:
+    """The callee's end of one lane pipe: its calls read by one thread at a time (the leader,
+    a bulk-lane reader), each served inline on it when it may (``inline``), else by the
+    serving pool; the replies posted by whichever thread has them (``post``) and written back
+    as CALL records (``Outbox``), joined when they come together.
+
+    Serving inline saves the pool's thread wake-up per call (at 32 workers on 2 cores, a
+    quarter of a callee's CPU per noop call). A call served inline that blocks
+    (``blocking_region``) or runs ``STUCK_SECONDS`` (the worker's ``lane_lead.Watch``) hands the
+    reading to a new thread (``hand_over``: the bulk lane's ``_resume``), which serves the calls
+    left; the held thread ends with its call. A slow or handed-over call sends the pipe's calls
+    to the pool for a while (``POOL_SPELL_SECONDS``), as do calls that are slow one after the
+    other.
+
+    Args:
+        conn: the connection.
+        watch: the worker's watch.
+        hand_over: starts a thread that reads the connection from now on.
+    """
+
+    def __init__(self, conn: socket.socket, watch: Watch, hand_over: Callable[[], None]) -> None:
+        self.conn = conn
         # A failed write: the caller went, and its reader fails what it waits for.
         self._out = Outbox(conn, lambda _exc: None)
+        self._watch = watch
+        self._hand_over = hand_over
+        self._lock = threading.Lock()
+        #: what the leader has of a record not yet whole, and the calls read, not yet served
+        self.buf = bytearray()
+        self.calls: collections.deque[bytes] = collections.deque()
+        self._leader: threading.Thread | None = None
+        self._busy_since = 0.0  # when the leader's inline call started (0.0: none)
+        self._pool_until = 0.0  # calls go to the pool until then
+        self._slow = 0  # inline calls slower than INLINE_MAX_SECONDS in a row, just before
 
     def post(self, encoded: bytes | None) -> None:
         """A call's encoded reply frame (None: nothing to send)."""
         if encoded is not None:
             self._out.put(CALL, encoded)
 
+    def lead(self) -> threading.Thread:
+        """The calling thread reads the pipe from now on (returned)."""
+        me = threading.current_thread()
+        self._leader = me
+        return me
 
-#: ``serve_pipe(caller name, raw frame, writer)``: how the server serves a call that came on a
-#: lane pipe (its reply, later, goes to ``writer.post``).
-ServePipe = Callable[[str, bytes, PipeWriter], None]
+    def leads(self, me: threading.Thread) -> bool:
+        """Whether ``me`` still reads the pipe (False: it was handed over)."""
+        return self._leader is me
+
+    def inline(self) -> _Inline | None:
+        """The context to serve the call just taken inline, on the leader; None: give it to
+        the pool (not the leader's thread, or the pipe's inline calls were slow lately)."""
+        if self._leader is not threading.current_thread():
+            return None
+        if self._pool_until and time.monotonic() < self._pool_until:
+            return None
+        return _Inline(self)
+
+    def unstick(self, after: float = STUCK_SECONDS) -> bool:
+        """Whether the leader has been serving a call inline for ``after`` seconds; if so a new
+        thread takes the reading over (the held one ends with its call)."""
+        with self._lock:
+            since = self._busy_since
+            if not since or time.monotonic() - since < after:
+                return False
+            self._hand_over_locked()
+        return True
+
+    def _hand_over_locked(self) -> None:
+        self._busy_since = 0.0
+        self._leader = None  # until the new thread leads: the held one reads no more
+        self._pool_spell()
+        self._hand_over()
+
+    def _pool_spell(self) -> None:
+        self._slow = 0
+        self._pool_until = time.monotonic() + POOL_SPELL_SECONDS
+
+    def _blocking(self, me: threading.Thread) -> None:
+        with self._lock:
+            if self._leader is me and self._busy_since:
+                self._hand_over_locked()
+
+    def _served(self, me: threading.Thread) -> None:
+        with self._lock:
+            if self._leader is not me:
+                return  # handed over meanwhile
+            since, self._busy_since = self._busy_since, 0.0
+        if time.monotonic() - since <= INLINE_MAX_SECONDS:
+            self._slow = 0
+        else:
+            self._slow += 1
+            if self._slow >= SLOW_IN_A_ROW:
+                self._pool_spell()
+
+
+class _Inline:
+    """One call served inline on a pipe's leader: busy for the watch meanwhile, and a
+    blocking wait inside hands the reading over before it waits (then the thread's own
+    blocking hook, the serving pool's, gives its slot back)."""
+
+    __slots__ = ("_pipe", "_me", "_outer")
+
+    def __init__(self, pipe: ServedPipe) -> None:
+        self._pipe = pipe
+        self._me = threading.current_thread()
+        self._outer: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
+
+    def __enter__(self) -> None:
+        self._outer = blocking_hook()
+        set_blocking_hook(self._blocking)
+        self._pipe._busy_since = self._pipe._watch.busy()
+
+    def _blocking(self) -> contextlib.AbstractContextManager[Any]:
+        self._pipe._blocking(self._me)
+        outer = self._outer
+        return contextlib.nullcontext() if outer is None else outer()
+
+    def __exit__(self, *exc: object) -> None:
+        set_blocking_hook(self._outer)
+        self._pipe._served(self._me)
+
+
+#: ``serve_pipe(caller name, raw frame, pipe)``: how the server serves a call that came on a
+#: lane pipe (inline in ``pipe.inline()`` when that is not None; its reply, then or later, goes
+#: to ``pipe.post``).
+ServePipe = Callable[[str, bytes, "ServedPipe"], None]
 
 
 def take_records(buf: bytearray, kind: int, limit: int) -> tuple[list[bytes], int]:
@@ -505,8 +599,9 @@ class LanePipes:
         self._pipes: dict[str, LanePipe] = {}
         self._pipes_lock = threading.Lock()
         self._pipe_reader: PipeReader | None = None
-        #: inbound connections that carried a PIPE record -> their writer
-        self._pipe_writers: dict[socket.socket, PipeWriter] = {}
+        #: inbound connections that carried a PIPE record -> their served end
+        self._pipes_served: dict[socket.socket, ServedPipe] = {}
+        self._watch: Watch | None = None  # both ends' (made at the first use)
 
     # -- the caller's side --------------------------------------------------------------------
 
@@ -551,7 +646,7 @@ class LanePipes:
             reader = self._pipe_reader
             if reader is None:
                 reader = self._pipe_reader = PipeReader(
-                    f"gradwire-lane-pipes-{self._ctx.name}", f"gradwire-lane-watch-{self._ctx.name}"
+                    f"gradwire-lane-pipes-{self._ctx.name}", self._lane_watch()
                 )
             if not reader.add(pipe):
                 self._drop(peer.name, conn, True)
@@ -565,36 +660,58 @@ class LanePipes:
                 del self._pipes[pipe.peer]
         self._drop(pipe.peer, pipe.conn, True)
 
+    def _lane_watch(self) -> Watch:
+        with self._lock:
+            if self._watch is None:
+                self._watch = Watch(f"gradwire-lane-watch-{self._ctx.name}")
+            return self._watch
+
     def _close_pipes(self) -> None:
-        """At close: the reader ends (the connections were shut: what is pending fails)."""
+        """At close: the reader ends (the connections were shut: what is pending fails), and
+        the watch."""
         with self._pipes_lock:
             reader, self._pipe_reader = self._pipe_reader, None
         if reader is not None:
             reader.close()
+        with self._lock:
+            watch = self._watch
+        if watch is not None:
+            watch.close()
 
     # -- the callee's side --------------------------------------------------------------------
 
     def _serve_pipe(self, conn: socket.socket, peer: str, first: int | None = None) -> bool:
-        """Serve the lane pipe on ``conn`` (``first``: the size of the PIPE record whose
-        header was just read) until the connection breaks (False) or rests (True), as
-        ``_read_transfers``. Each call goes to ``serve_pipe`` as it comes; the replies are
-        written by the threads that have them."""
+        """Lead the lane pipe on ``conn`` (``first``: the size of the PIPE record whose header
+        was just read) until the connection breaks (False), rests (True), or another thread
+        leads it (True: a call served here was handed over), as ``_read_transfers``. Each call
+        goes to ``serve_pipe`` as it comes; the replies are written by the threads that have
+        them."""
         serve = self.serve_pipe
         if serve is None:
             log.warning("bulk lane of %s: %s opened a lane pipe; none served", self._ctx.name, peer)
             return False
         with self._lock:
-            writer = self._pipe_writers.get(conn)
-            if writer is None:
-                writer = self._pipe_writers[conn] = PipeWriter(conn)
-        set_timeout(conn, bulk.STALL_SECONDS)  # the writer's too: one socket, one timeout
-        buf = bytearray() if first is None else bytearray(RECORD.pack(PIPE, first))
+            served = self._pipes_served.get(conn)
+        if served is None:
+            watch = self._lane_watch()
+            served = ServedPipe(conn, watch, lambda: self._resume(conn, peer))
+            with self._lock:
+                self._pipes_served[conn] = served
+            watch.add(served)
+        me = served.lead()
+        set_timeout(conn, bulk.STALL_SECONDS)  # the replies' too: one socket, one timeout
+        buf, calls = served.buf, served.calls
+        if first is not None:
+            buf += RECORD.pack(PIPE, first)
         while True:
             try:
                 raws, at = take_records(buf, PIPE, self._frame_limit)
                 del buf[:at]
-                for raw in raws:
-                    serve(peer, raw, writer)
+                calls.extend(raws)
+                while calls:
+                    if not served.leads(me):
+                        return True  # handed over: the new leader serves the calls left
+                    serve(peer, calls.popleft(), served)
             except Exception as exc:  # noqa: BLE001 - a malformed call ends the pipe
                 log.warning(
                     "bulk lane of %s: %s broke the lane pipe: %s; connection closed",
@@ -603,6 +720,8 @@ class LanePipes:
                     exc,
                 )
                 return False
+            if not served.leads(me):
+                return True
             if not buf:
                 if not readable(conn, LINGER_SECONDS):
                     if self._rest.add(conn, lambda c: self._resume(c, peer)):
@@ -621,3 +740,11 @@ class LanePipes:
             if _traffic.counts is not None:
                 _traffic.received(_traffic.BULK_LANE, len(chunk))
             buf += chunk
+
+    def _served_ended(self, conn: socket.socket) -> None:
+        """``conn``'s lane pipe (if it carried one) is over."""
+        with self._lock:
+            served = self._pipes_served.pop(conn, None)
+            watch = self._watch
+        if served is not None and watch is not None:
+            watch.discard(served)
