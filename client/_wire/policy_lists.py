@@ -462,7 +462,7 @@ gradwire: set_default_dtype set_num_threads
 gradwire: get_num_threads    # reads the host's BLAS thread pools (threadpoolctl loads libraries)
 gradwire:Tensor. register_hook
 gradwire.nn:Module. register_forward_hook register_forward_pre_hook share_memory
-gradwire.futures: blocking_region set_blocking_hook
+gradwire.futures: blocking_hook blocking_region set_blocking_hook
 gradwire.futures:Future. add_done_callback then set_exception set_result
 gradwire.errors: remote_error_type callback_error    # they make classes at run time
 gradwire.autograd: detect_anomaly set_detect_anomaly set_multithreading_enabled
