@@ -16,7 +16,14 @@ import threading
 import time
 from typing import Protocol
 
-__all__ = ["STUCK_SECONDS", "WATCH_IDLE_SECONDS", "WATCH_TICK_SECONDS", "Lead", "Watch"]
+__all__ = [
+    "STUCK_SECONDS",
+    "WATCH_IDLE_SECONDS",
+    "WATCH_TICK_SECONDS",
+    "Lead",
+    "Leading",
+    "Watch",
+]
 
 #: A leader busy this long hands its reading over (the watch looks every WATCH_TICK_SECONDS).
 STUCK_SECONDS = 0.02
@@ -32,6 +39,29 @@ class Lead(Protocol):
         """Hand the reading over if the leader has been busy ``after`` seconds; whether it
         did."""
         ...  # pragma: no cover - a protocol
+
+
+class Leading:
+    """What the leaders of both ends share: ``unstick``, for the watch (and a deadline)."""
+
+    _lock: threading.Lock
+    #: when the leader started running what it runs (0.0: it runs nothing)
+    _busy_since: float
+
+    def _hand_over_locked(self) -> None:
+        raise NotImplementedError
+
+    def unstick(self, after: float = STUCK_SECONDS) -> bool:
+        """Whether the leader has been busy (in a callback, a call served inline) for
+        ``after`` seconds or more; if so a new thread takes the reading over (the held one
+        finishes what it runs, then stops). Under the lock the leader clears its busy time
+        with: never two threads reading."""
+        with self._lock:
+            since = self._busy_since
+            if not since or time.monotonic() - since < after:
+                return False
+            self._hand_over_locked()
+        return True
 
 
 class Watch:

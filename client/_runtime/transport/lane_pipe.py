@@ -42,7 +42,7 @@ from ...futures import blocking_hook, set_blocking_hook
 from ..calls.pipe import Done, PipeClosed, _Calls, _IdleClose, _Pending, run_callbacks_here
 from ..calls.streams import StreamFailed, Watchdog
 from .lane_io import CALL, PIPE, RECORD, readable, set_timeout, shut, write_all
-from .lane_lead import STUCK_SECONDS, Watch
+from .lane_lead import Leading, Watch
 from .lane_rest import LINGER_SECONDS
 
 __all__ = [
@@ -190,7 +190,7 @@ class LanePipe(_Calls):
 HANDOVER_GRACE_SECONDS = 0.2
 
 
-class PipeReader:
+class PipeReader(Leading):
     """One thread reading the replies of every lane pipe of a worker (a selector over their
     sockets), started with the first pipe.
 
@@ -248,16 +248,6 @@ class PipeReader:
             self._watch.close()
         self.unstick(0.0)
         self._wake()
-
-    def unstick(self, after: float = STUCK_SECONDS) -> bool:
-        """Whether the leader has been running callbacks for ``after`` seconds or more; if so a
-        new thread takes the reading over (the held one keeps its callback and stops)."""
-        with self._lock:  # the leader leaves its callbacks under it: never two in select()
-            since = self._busy_since
-            if not since or time.monotonic() - since < after:
-                return False
-            self._hand_over_locked()
-        return True
 
     def _hand_over_locked(self) -> None:
         if self._leader is None:  # stopped
@@ -426,7 +416,7 @@ SLOW_IN_A_ROW = 2
 POOL_SPELL_SECONDS = 1.0
 
 
-class ServedPipe:
+class ServedPipe(Leading):
     """The callee's end of one lane pipe: its calls read by one thread at a time (the leader,
     a bulk-lane reader), each served inline on it when it may (``inline``), else by the
     serving pool; the replies posted by whichever thread has them (``post``) and written back
@@ -484,16 +474,6 @@ class ServedPipe:
         if self._pool_until and time.monotonic() < self._pool_until:
             return None
         return _Inline(self)
-
-    def unstick(self, after: float = STUCK_SECONDS) -> bool:
-        """Whether the leader has been serving a call inline for ``after`` seconds; if so a new
-        thread takes the reading over (the held one ends with its call)."""
-        with self._lock:
-            since = self._busy_since
-            if not since or time.monotonic() - since < after:
-                return False
-            self._hand_over_locked()
-        return True
 
     def _hand_over_locked(self) -> None:
         self._busy_since = 0.0
