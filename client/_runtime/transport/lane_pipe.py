@@ -469,11 +469,12 @@ class ServedPipe(Leading):
     def inline(self) -> _Inline | None:
         """The context to serve the call just taken inline, on the leader; None: give it to
         the pool (not the leader's thread, or the pipe's inline calls were slow lately)."""
-        if self._leader is not threading.current_thread():
+        me = threading.current_thread()
+        if self._leader is not me:
             return None
         if self._pool_until and time.monotonic() < self._pool_until:
             return None
-        return _Inline(self)
+        return _Inline(self, me)
 
     def _hand_over_locked(self) -> None:
         self._busy_since = 0.0
@@ -510,9 +511,9 @@ class _Inline:
 
     __slots__ = ("_pipe", "_me", "_outer")
 
-    def __init__(self, pipe: ServedPipe) -> None:
+    def __init__(self, pipe: ServedPipe, me: threading.Thread) -> None:
         self._pipe = pipe
-        self._me = threading.current_thread()
+        self._me = me
         self._outer: Callable[[], contextlib.AbstractContextManager[Any]] | None = None
 
     def __enter__(self) -> None:
