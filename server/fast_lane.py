@@ -35,6 +35,8 @@ from gradwire import _traffic
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
 from gradwire._runtime.transport.bulk_lane import LaneStatus
+from gradwire._runtime.transport.lane_io import PLAIN
+from gradwire._runtime.transport.lane_pipe import read_plain_call
 from gradwire._runtime.transport.transport import (
     CONTROL_REQUESTS,
     FAST_LANE_CONTROL,
@@ -62,6 +64,7 @@ from .servicer import (
     lenient,
     remote_ack_frame,
     serve_pipe_call,
+    serve_plain_pipe_call,
     status_for,
 )
 
@@ -406,19 +409,26 @@ def _lane_server(agent: Any, lane: _Lane) -> Callable[[str, bytes], bytes]:
     return serve
 
 
-def _lane_pipe_server(agent: Any) -> Callable[[str, bytes, Any], None]:
+def _lane_pipe_server(agent: Any) -> Callable[[str, int, bytes, Any], None]:
     """``BulkLane.serve_pipe`` of ``agent``: a call that came on a lane pipe, admitted and
     served as a ``CallPipe`` call is (``serve_pipe_call``): inline on the pipe's reader when the
     pipe allows it and a serving slot is free, else on the pool; its reply posted to the pipe.
     Only Python calls come this way (anything else breaks the pipe: raises)."""
     pool = agent.pool
 
-    def serve(peer: str, raw: bytes, pipe: Any) -> None:
+    def serve(peer: str, kind: int, raw: bytes, pipe: Any) -> None:
         pool.adopt()  # the reader serves under the pool's slots
         if not agent.is_ready():  # a call before the rendezvous ended waits for it (admit
             agent.wait_ready_blocking(agent.options.init_timeout)  # refuses it if in vain)
         known = agent.by_name.get(peer)
         caller = known.id if known is not None and agent.is_member(known.id) else -1
+        if kind == PLAIN:
+            message_id, timeout, function, data = read_plain_call(raw)
+            bulk.count("pipe_calls_served")
+            serve_plain_pipe_call(
+                agent, message_id, timeout, function, data, caller, pipe, pipe.inline()
+            )
+            return
         frame = decode_frame(raw)
         header = frame.header
         if not header.HasField("call") or header.call.kind != pb.CALL_KIND_PYTHON:

@@ -21,7 +21,7 @@ import grpc
 from gradwire import _traffic
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime.agent import AgentState
-from gradwire._runtime.calls.callee import Reply, until_done
+from gradwire._runtime.calls.callee import Reply, plain_header, until_done
 from gradwire._runtime.cluster import profile_session
 from gradwire._runtime.rref.errors import RRefProtocolError
 from gradwire._runtime.rref.fetch import OFF_LOOP
@@ -50,7 +50,13 @@ from gradwire.futures import Future
 
 from .interceptors import CALLER_KEY, has_token
 
-__all__ = ["WorkerServicer", "status_for", "caller_from_metadata", "serve_pipe_call"]
+__all__ = [
+    "WorkerServicer",
+    "status_for",
+    "caller_from_metadata",
+    "serve_pipe_call",
+    "serve_plain_pipe_call",
+]
 
 log = logging.getLogger(__name__)
 #: The longest window of the Profile method (gradwire profile --seconds).
@@ -169,6 +175,44 @@ def serve_pipe_call(
     except RuntimeError as exc:  # the pool closed: the worker is stopping
         callee.leave(caller, True)
         replies.post(encode_frame(error_frame(exc)))
+
+
+def serve_plain_pipe_call(
+    agent: Any,
+    message_id: int,
+    timeout: float,
+    function: str,
+    data: memoryview,
+    caller: int,
+    pipe: Any,
+    inline: contextlib.AbstractContextManager[Any] | None,
+) -> None:
+    """A lane pipe's PLAIN call (``lane_io.PLAIN``; ``timeout`` 0.0: none): when it may be
+    served inline (``inline``, a free serving slot) and is plain here too
+    (``Callee.plain_call``), run right here by ``Callee.run_plain``, its plain value posted as
+    a PLAIN reply (``pipe.post_plain``) or else its reply frame; otherwise served as the frame
+    it stands for, exactly as a PIPE record's (``serve_pipe_call``)."""
+    callee = agent.callee
+    if inline is not None:
+        plain = callee.plain_call(function, data)
+        if plain is not None:
+            pool = agent.pool
+            if pool.try_slot():
+                try:
+                    with inline:
+                        reply = callee.run_plain(message_id, timeout, function, plain, caller)
+                finally:
+                    pool.release_slot()
+                if isinstance(reply, Frame):
+                    pipe.post(encode_frame(reply))
+                else:
+                    pipe.post_plain(message_id, reply)
+                return
+            inline = None  # no free slot: the pool serves it
+    header = pb.FrameHeader(call=plain_header(message_id, timeout, function), last=True)
+    header.call.caller_id = caller
+    header.payload.pickle_nbytes = data.nbytes
+    serve_pipe_call(agent, Frame(header, (data,)), caller, pipe, inline)
 
 
 class _PipeReplies:

@@ -27,7 +27,7 @@ class GloballyUniqueId(_message.Message):
     def __init__(self, created_on: _Optional[int] = ..., local_id: _Optional[int] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("name", "id", "address", "host_id", "local_address", "local_call_address", "cuda_device_count", "devices", "device_maps", "bulk_address", "call_address", "lane_pipe")
+    __slots__ = ("name", "id", "address", "host_id", "local_address", "local_call_address", "cuda_device_count", "devices", "device_maps", "bulk_address", "call_address", "lane_pipe", "lane_plain")
     class DeviceMapsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class WorkerInfo(_message.Message):
     BULK_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CALL_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LANE_PIPE_FIELD_NUMBER: _ClassVar[int]
+    LANE_PLAIN_FIELD_NUMBER: _ClassVar[int]
     name: str
     id: int
     address: str
@@ -59,7 +60,8 @@ class WorkerInfo(_message.Message):
     bulk_address: str
     call_address: str
     lane_pipe: bool
-    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., local_address: _Optional[str] = ..., local_call_address: _Optional[str] = ..., cuda_device_count: _Optional[int] = ..., devices: _Optional[_Iterable[str]] = ..., device_maps: _Optional[_Mapping[str, DeviceMap]] = ..., bulk_address: _Optional[str] = ..., call_address: _Optional[str] = ..., lane_pipe: bool = ...) -> None: ...
+    lane_plain: bool
+    def __init__(self, name: _Optional[str] = ..., id: _Optional[int] = ..., address: _Optional[str] = ..., host_id: _Optional[str] = ..., local_address: _Optional[str] = ..., local_call_address: _Optional[str] = ..., cuda_device_count: _Optional[int] = ..., devices: _Optional[_Iterable[str]] = ..., device_maps: _Optional[_Mapping[str, DeviceMap]] = ..., bulk_address: _Optional[str] = ..., call_address: _Optional[str] = ..., lane_pipe: bool = ..., lane_plain: bool = ...) -> None: ...
 
 class DeviceMap(_message.Message):
     __slots__ = ("devices",)

@@ -554,6 +554,7 @@ class Agent:
         )
         # Its lane serves pipes when it serves calls (the fast lane's server installs both).
         me.lane_pipe = bool(me.bulk_address) and self.options.lane_calls
+        me.lane_plain = me.lane_pipe
         publish_devices(me, self.options.device_maps, self.options.devices)
         timeout = self.options.init_timeout
         if self.plan.store_file:

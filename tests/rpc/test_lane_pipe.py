@@ -26,7 +26,7 @@ from gradwire._runtime import agent as agent_mod
 from gradwire._runtime.calls import pipe as pipes
 from gradwire._runtime.calls.streams import Watchdog
 from gradwire._runtime.transport import lane_lead, lane_pipe
-from gradwire._runtime.transport.lane_io import CALL, PIPE, RECORD
+from gradwire._runtime.transport.lane_io import CALL, PIPE, PLAIN, RECORD
 from gradwire._wire import bulk, calls, pickler
 from gradwire._wire.framing import Frame, decode_frame, encode_frame
 from gradwire.distributed import rpc
@@ -222,9 +222,9 @@ def _read_replies(sock: socket.socket, n: int) -> dict[int, Frame]:
         chunk = sock.recv(65536)
         assert chunk, "the lane closed the pipe"
         buf += chunk
-        raws, at = lane_pipe.take_records(buf, CALL, 1 << 24)
+        records, at = lane_pipe.take_records(buf, (CALL,), 1 << 24)
         del buf[:at]
-        for raw in raws:
+        for _, raw in records:
             frame = decode_frame(raw)
             out[frame.header.reply.message_id] = frame
     return out
@@ -234,19 +234,21 @@ def _read_replies(sock: socket.socket, n: int) -> dict[int, Frame]:
 
 
 def test_records_split_anywhere_are_taken_whole() -> None:
-    frames = [b"", b"x" * 7, b"y" * 300]
-    data = b"".join(RECORD.pack(PIPE, len(f)) + f for f in frames)
+    records = [(PIPE, b""), (PLAIN, b"x" * 7), (PIPE, b"y" * 300)]
+    data = b"".join(RECORD.pack(kind, len(f)) + f for kind, f in records)
     for cut in range(len(data) + 1):
         buf = bytearray(data[:cut])
-        taken, at = lane_pipe.take_records(buf, PIPE, 1000)
+        taken, at = lane_pipe.take_records(buf, (PIPE, PLAIN), 1000)
         del buf[:at]
         buf += data[cut:]
-        rest, _ = lane_pipe.take_records(buf, PIPE, 1000)
-        assert taken + rest == frames
+        rest, _ = lane_pipe.take_records(buf, (PIPE, PLAIN), 1000)
+        assert taken + rest == records
     with pytest.raises(ValueError, match="a record"):
-        lane_pipe.take_records(bytearray(RECORD.pack(CALL, 1) + b"z"), PIPE, 1000)
+        lane_pipe.take_records(bytearray(RECORD.pack(CALL, 1) + b"z"), (PIPE, PLAIN), 1000)
+    with pytest.raises(ValueError, match="a record"):
+        lane_pipe.take_records(bytearray(RECORD.pack(PLAIN, 1) + b"z"), (PIPE,), 1000)
     with pytest.raises(ValueError, match="of 1001 bytes"):
-        lane_pipe.take_records(bytearray(RECORD.pack(PIPE, 1001)), PIPE, 1000)
+        lane_pipe.take_records(bytearray(RECORD.pack(PIPE, 1001)), (PIPE,), 1000)
 
 
 def _reply(message_id: int, value: int) -> bytes:
@@ -292,9 +294,9 @@ def test_a_pipe_from_many_threads_writes_whole_records_and_takes_replies_cut_any
         theirs.settimeout(10)
         while len(calls) < n:
             buf += theirs.recv(65536)
-            raws, at = lane_pipe.take_records(buf, PIPE, 1 << 20)
+            records, at = lane_pipe.take_records(buf, (PIPE,), 1 << 20)
             del buf[:at]
-            calls += [struct.unpack("<I", r)[0] for r in raws]
+            calls += [struct.unpack("<I", r)[0] for _, r in records]
         for t in threads:
             t.join()
         assert sorted(calls) == list(range(n))

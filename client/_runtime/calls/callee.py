@@ -39,7 +39,14 @@ from ..transport.transport import IN_FLIGHT_MARK
 from . import hooks, profiling
 from .pool import ServingPool
 
-__all__ = ["Callee", "ASYNC_EXECUTION_ATTR", "Reply", "until_done", "not_a_future"]
+__all__ = [
+    "Callee",
+    "ASYNC_EXECUTION_ATTR",
+    "Reply",
+    "until_done",
+    "not_a_future",
+    "plain_header",
+]
 
 log = logging.getLogger(__name__)
 #: Attribute set by ``rpc.functions.async_execution`` on the functions it marks.
@@ -83,6 +90,16 @@ def _is_call_body(body: Any) -> bool:
         and len(body) == 3
         and isinstance(body[1], tuple)
         and isinstance(body[2], dict)
+    )
+
+
+def plain_header(message_id: int, timeout: float, function: str) -> pb.CallHeader:
+    """The CallHeader a lane pipe's PLAIN call stands for (a Python call)."""
+    return pb.CallHeader(
+        message_id=message_id,
+        kind=pb.CALL_KIND_PYTHON,
+        function=function,
+        timeout_seconds=timeout,
     )
 
 
@@ -331,6 +348,67 @@ class Callee:
         except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
             return self.reply_frame(self.encode_error(call, exc), call, caller_id)
         return Frame(reply, (data,))
+
+    def plain_call(self, function: str, data: Any) -> tuple[Any, tuple[Any, Any, Any]] | None:
+        """``(fn, (self, args, kwargs))`` of a lane pipe's PLAIN call (``function``, its pickle
+        ``data``) when it is plain here too, for ``run_plain``: ``function`` resolves through
+        the policy and is not ``@async_execution``, ``data`` is a pickle of plain data of the
+        call's shape, and no hook watches every call. None otherwise: the general path then
+        serves it as the frame it stands for (and says what is wrong with it). Nothing runs,
+        nothing is counted here."""
+        if hooks.watching():
+            return None
+        me = self._ctx
+        try:
+            fn = calls.resolve_function(me.policy, function, me.name)
+        except Exception:  # noqa: BLE001 - the general path raises it again and replies with it
+            return None
+        if getattr(fn, ASYNC_EXECUTION_ATTR, False):
+            return None
+        ok, body = pickler.loads_plain(data)
+        if not ok or not _is_call_body(body):
+            return None
+        return fn, body
+
+    def run_plain(
+        self,
+        message_id: int,
+        timeout: float,
+        function: str,
+        plain: tuple[Any, tuple[Any, Any, Any]],
+        caller_id: int,
+    ) -> bytes | Frame:
+        """Admit and run a PLAIN call that ``plain_call`` found plain, as ``serve_plain`` runs
+        a plain frame (same admission, limits and errors): its value pickled (the PLAIN
+        reply) when that is plain and fits in one frame, else its reply frame (the value's
+        general encoding, or the error)."""
+        fn, (bound_self, args, kwargs) = plain
+        try:
+            self.admit(caller_id)
+        except GradwireError as exc:
+            return one_frame(*self.encode_error(plain_header(message_id, timeout, function), exc))
+        failed = True
+        try:
+            if bound_self is calls.NO_SELF:
+                value = fn(*args, **kwargs)
+            else:
+                value = fn(bound_self, *args, **kwargs)
+            data = pickler.dumps_plain(value)
+            options = self._ctx.options
+            if data is not None and len(data) <= min(
+                options.single_frame_bytes, options.max_message_bytes
+            ):
+                failed = False
+                return data
+            call = plain_header(message_id, timeout, function)
+            reply = self.reply_frame(self.encode_value(call, value, caller_id), call, caller_id)
+            failed = reply.header.reply.HasField("error")
+            return reply
+        except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
+            call = plain_header(message_id, timeout, function)
+            return self.reply_frame(self.encode_error(call, exc), call, caller_id)
+        finally:
+            self.leave(caller_id, failed)
 
     def _invoke(
         self,

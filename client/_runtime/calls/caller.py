@@ -44,12 +44,15 @@ from ...futures import Future, blocking_region
 from ..cluster.context import WorkerContext
 from ..cluster.events import ClusterEvents
 from ..cluster.workers import Peer
+from ..transport.lane_io import PIPE as LANE_FRAME
+from ..transport.lane_io import PLAIN as PLAIN_RECORD
+from ..transport.lane_pipe import plain_call
 from ..transport.loop import in_loop_thread
 from ..transport.retry import retry_with_backoff
 from ..transport.transport import FAST_LANE_CONTROL, Transport, map_rpc_error
 from . import hooks
 from .callee import ASYNC_EXECUTION_ATTR
-from .pipe import deferred_callbacks
+from .pipe import PlainReply, deferred_callbacks
 from .pool import ServingPool
 from .routes import CALL_STREAM, PIPE, choose_route
 
@@ -159,7 +162,8 @@ class Caller:
             # The call's clock starts once it is encoded (pickling does not count, as in
             # PyTorch), less what encoding waited on the network.
             started = time.monotonic() - budget.spent
-            if hooks.needed(call):  # a dist autograd context, or metrics: they track the answer
+            hooked = hooks.needed(call)
+            if hooked:  # a dist autograd context, or metrics: they track the answer
                 hooks.call_started(
                     call,
                     peer.id,
@@ -183,7 +187,16 @@ class Caller:
             )
             if choice.route is PIPE:
                 self._start_async(
-                    peer, choice.address, frame, call, fut, what, started, timeout, not reply_later
+                    peer,
+                    choice.address,
+                    frame,
+                    call,
+                    fut,
+                    what,
+                    started,
+                    timeout,
+                    not reply_later,
+                    ctx is None and not hooked,  # plain: no side table, nothing for a hook
                 )
                 return fut
 
@@ -254,9 +267,10 @@ class Caller:
         started: float,
         timeout: float | None,
         lane_ok: bool = False,
+        plain: bool = False,
     ) -> None:
 
-        def on_done(reply: Frame | None, error: grpc.RpcError | None) -> None:
+        def on_done(reply: Frame | PlainReply | None, error: grpc.RpcError | None) -> None:
             # Runs on the pipe's reader thread (or the watchdog's), which must not block: a
             # plain reply is decoded and its future completed right here (one thread switch
             # less). One with callbacks is completed here too on a lane pipe's reader, after
@@ -264,7 +278,9 @@ class Caller:
             # lane_pipe.PipeReader); anything else is handed to the serving pool.
             decoded: tuple[bool, Any] | None = None
             msg: Message | None = None
-            if reply is not None:
+            if isinstance(reply, PlainReply):
+                decoded = self._plain_reply(peer, call, reply)
+            elif reply is not None:
                 try:
                     msg = self._assemble_one(peer, reply)
                     if not msg.header.reply.continuation:
@@ -300,17 +316,29 @@ class Caller:
             except RuntimeError:  # pool closed during shutdown
                 complete()
 
-        encoded = encode_frame(frame)
         # What encoding waited on the network (a bulk-lane connection) already counts.
         left = _left_of(timeout, started)
+        encoded = None
         if lane_ok and ASYNC_ON_LANE:
             # On the peer's lane pipe when it has one: written from this thread with whatever
-            # queued meanwhile, the replies of every peer read by one thread (docs/wire.md).
+            # queued meanwhile, the replies of every peer read by one thread (docs/wire.md). A
+            # plain call goes as a PLAIN record, without its protobuf header, when the peer
+            # takes those (``lane_pipe.plain_call``).
+            if plain and peer.lane_plain:
+                body = plain_call(
+                    call.message_id, call.timeout_seconds, call.function, frame.raw[0]
+                )
+                kind = PLAIN_RECORD
+            else:
+                body = encoded = encode_frame(frame)
+                kind = LANE_FRAME
             try:
-                if self._transport.lane_pipe_call(peer, call.message_id, encoded, left, on_done):
+                if self._transport.lane_pipe_call(peer, call.message_id, body, left, on_done, kind):
                     return
             except GradwireError:  # shut down before anything was sent: the pipe says how
                 pass
+        if encoded is None:
+            encoded = encode_frame(frame)
         try:
             self._transport.pipe_call(dial, call.message_id, encoded, left, on_done)
         except GradwireError as exc:
@@ -354,6 +382,20 @@ class Caller:
                 return
             reply = msg.header.reply
         self._deliver(fut, *self._decode_reply(peer, call, msg))
+
+    def _plain_reply(self, peer: Peer, call: pb.CallHeader, reply: PlainReply) -> tuple[bool, Any]:
+        """(True, value) of a lane pipe's PLAIN reply (or (False, exception): it is not a
+        pickle of plain data)."""
+        self._ctx.peers.heard[peer.id] = time.monotonic()
+        ok, value = pickler.loads_plain(reply.data)
+        if not ok:
+            return False, SerializationError(
+                f"worker {peer.name!r} answered {call.function} with a PLAIN reply that is not "
+                "a pickle of plain data"
+            )
+        if hooks.needed(call):  # a hook came meanwhile: it sees the answer as it would a frame's
+            hooks.recv_reply(call, pb.ReplyHeader(message_id=call.message_id), (), peer.id)
+        return True, value
 
     def _decode_reply(self, peer: Peer, call: pb.CallHeader, msg: Message) -> tuple[bool, Any]:
         """(True, value) or (False, exception) for a complete reply message."""

@@ -35,6 +35,7 @@ __all__ = [
     "unregister",
     "registered",
     "needed",
+    "watching",
     "send_call",
     "recv_call",
     "send_reply",
@@ -121,6 +122,13 @@ def unregister(hook: CallHook) -> None:
     """Remove ``hook`` if present."""
     with _lock:
         _install(tuple(h for h in _hooks if h is not hook))
+
+
+def watching() -> bool:
+    """Whether every call goes through the hooks, whatever it carries: a hook that sees every
+    call is registered, or something in this process profiles (``needed`` of a call with no
+    autograd context and no profile request)."""
+    return _every_call or _profiling.active > 0
 
 
 def needed(call: pb.CallHeader) -> bool:

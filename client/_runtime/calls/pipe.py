@@ -49,6 +49,9 @@ __all__ = [
     "Pipe",
     "CorePipe",
     "PipeClosed",
+    "PlainReply",
+    "Done",
+    "LaneDone",
     "deferred_callbacks",
     "open_pipe",
     "run_callbacks_here",
@@ -57,9 +60,23 @@ __all__ = [
 log = logging.getLogger(__name__)
 #: Put in the outbox to end the stream (a batch stops growing at ``BATCH_BYTES``).
 _END = None
+
+
+class PlainReply:
+    """The reply of a plain call that came as a lane pipe's PLAIN record: its value's pickle
+    (plain data only: ``pickler.loads_plain`` takes it), no protobuf header."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+
+
 #: done(reply frame or None, error or None): called once per call, on the pipe's reader thread,
 #: the watchdog's thread or the submitting thread; it must not block.
 Done = Callable[[Frame | None, grpc.RpcError | None], None]
+#: A lane pipe's ``Done``: its reply may be a PlainReply too.
+LaneDone = Callable[[Frame | PlainReply | None, grpc.RpcError | None], None]
 
 
 _reader = threading.local()
@@ -104,7 +121,9 @@ class _Pending:
 
     __slots__ = ("pipe", "message_id", "done", "expired")
 
-    def __init__(self, pipe: Any, message_id: int, done: Done) -> None:
+    def __init__(
+        self, pipe: Any, message_id: int, done: Callable[[Any, grpc.RpcError | None], None]
+    ) -> None:
         self.pipe = pipe
         self.message_id = message_id
         self.done = done
@@ -156,7 +175,7 @@ class _Calls:
         """Whether it takes calls (not failed, not closing)."""
         return self._failure is None and not self._closing
 
-    def _take_locked(self, message_id: int, timeout: float | None, done: Done) -> None:
+    def _take_locked(self, message_id: int, timeout: float | None, done: Done | LaneDone) -> None:
         # With the lock held: a new call, its deadline armed; PipeClosed when none is taken.
         if self._failure is not None or self._closing:
             raise PipeClosed(self._failure)
@@ -165,7 +184,9 @@ class _Calls:
         if timeout:
             self._watchdog.arm(entry, time.monotonic() + timeout)
 
-    def _answer(self, message_id: int, frame: Frame | None, error: grpc.RpcError | None) -> None:
+    def _answer(
+        self, message_id: int, frame: Frame | PlainReply | None, error: grpc.RpcError | None
+    ) -> None:
         with self._lock:
             entry = self._pending.pop(message_id, None)
             drained = not self._pending

@@ -71,6 +71,7 @@ def peer_from(w: pb.WorkerInfo, my_host: str) -> Peer:
         call_dial,
         w.bulk_address,
         w.lane_pipe,
+        w.lane_plain,
     )
 
 

@@ -63,6 +63,8 @@ class Peer:
     bulk_address: str = ""
     #: The peer's bulk lane serves lane pipes (``WorkerInfo.lane_pipe``).
     lane_pipe: bool = False
+    #: Its lane pipes take PLAIN records (``WorkerInfo.lane_plain``).
+    lane_plain: bool = False
 
     def __post_init__(self) -> None:
         if not self.call_dial:  # no fast lane: Call and Gradients go where everything goes

@@ -70,6 +70,7 @@ from .lane_io import (
     NAME_LEN,
     NONCE_BYTES,
     PIPE,
+    PLAIN,
     RECORD,
     STATUS,
     discard,
@@ -386,8 +387,8 @@ class BulkLane(LaneCalls, LanePipes):
                 if not self._answer(conn, peer, nbytes):
                     return False
                 continue
-            if transfer_id == PIPE:  # a lane pipe's: nothing else comes on this connection
-                return self._serve_pipe(conn, peer, nbytes)
+            if transfer_id in (PIPE, PLAIN):  # a lane pipe's: nothing else comes on it
+                return self._serve_pipe(conn, peer, (transfer_id, nbytes))
             if transfer_id == STATUS:  # only a listener sends those
                 log.warning(
                     "bulk lane of %s: %s sent a status record; connection closed",

@@ -30,6 +30,9 @@ __all__ = [
     "CALL",
     "STATUS",
     "PIPE",
+    "PLAIN",
+    "PLAIN_CALL",
+    "PLAIN_REPLY",
     "CODE",
     "STATUS_CODES",
     "RECV_CHUNK",
@@ -64,6 +67,15 @@ STATUS = (1 << 64) - 3
 #: The "transfer id" of a record carrying a call on a lane pipe (``lane_pipe``): answered by a
 #: CALL record, in any order, the reply frame naming its call.
 PIPE = (1 << 64) - 4
+#: The "transfer id" of a record carrying a *plain* call on a lane pipe, without a protobuf
+#: header: ``[i64 message id][f64 timeout seconds, 0: none][u16 n][n bytes: the function's
+#: name, UTF-8][its pickle]`` (``PLAIN_CALL``), to a worker whose ``WorkerInfo.lane_plain``
+#: says it takes them; answered
+#: by a PLAIN record ``[i64 message id][the value's pickle]`` (``PLAIN_REPLY``) when the value
+#: is plain, else by a CALL record (docs/wire.md, "Pipes on the lane").
+PLAIN = (1 << 64) - 5
+PLAIN_CALL = struct.Struct("<qdH")
+PLAIN_REPLY = struct.Struct("<q")
 CODE = struct.Struct("<I")
 STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 RECV_CHUNK = 1 << 20

@@ -16,8 +16,12 @@ hands its reading to a new thread (``lane_lead``).
 Records, on a lane connection after the handshake: ``[u64 PIPE][u64 n][a call frame]`` from
 the caller; ``[u64 CALL][u64 n][a reply frame]`` back, in any order, each naming its call
 (``ReplyHeader.message_id``); an error is a reply frame with its error (never a STATUS record).
-A connection that carried a PIPE record carries nothing else. A peer serves them when its
-``WorkerInfo.lane_pipe`` says so.
+A plain call (plain data, nothing for a hook) may come as ``[u64 PLAIN][u64 n][message id,
+function, pickle]`` instead, without a protobuf header, and its plain value go back as ``[u64
+PLAIN][u64 n][message id, pickle]`` (``lane_io.PLAIN``): the header's encoding and decoding
+were a sixth of a callee's CPU per noop call. A connection that carried a PIPE or PLAIN record
+carries nothing else. A peer serves PIPE records when its ``WorkerInfo.lane_pipe`` says so,
+PLAIN ones when its ``WorkerInfo.lane_plain`` does.
 """
 
 from __future__ import annotations
@@ -39,9 +43,28 @@ from ... import _traffic
 from ..._wire import bulk
 from ..._wire.framing import decode_frame
 from ...futures import blocking_hook, set_blocking_hook
-from ..calls.pipe import Done, PipeClosed, _Calls, _IdleClose, _Pending, run_callbacks_here
+from ..calls.pipe import (
+    LaneDone,
+    PipeClosed,
+    PlainReply,
+    _Calls,
+    _IdleClose,
+    _Pending,
+    run_callbacks_here,
+)
 from ..calls.streams import StreamFailed, Watchdog
-from .lane_io import CALL, PIPE, RECORD, readable, set_timeout, shut, write_all
+from .lane_io import (
+    CALL,
+    PIPE,
+    PLAIN,
+    PLAIN_CALL,
+    PLAIN_REPLY,
+    RECORD,
+    readable,
+    set_timeout,
+    shut,
+    write_all,
+)
 from .lane_lead import Leading, Watch
 from .lane_rest import LINGER_SECONDS
 
@@ -54,6 +77,8 @@ __all__ = [
     "ServedPipe",
     "READ_BYTES",
     "take_records",
+    "plain_call",
+    "read_plain_call",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,17 +120,24 @@ class LanePipe(_Calls):
         #: the PipeReader that reads it (set when it is added to one)
         self.reader: PipeReader | None = None
 
-    def submit(self, message_id: int, encoded: bytes, timeout: float | None, done: Done) -> None:
-        """Write one encoded call frame (this thread writes it, and whatever queued while it
-        wrote; a thread already writing takes it instead); ``done`` gets its reply frame or
-        the error.
+    def submit(
+        self,
+        message_id: int,
+        encoded: bytes,
+        timeout: float | None,
+        done: LaneDone,
+        kind: int = PIPE,
+    ) -> None:
+        """Write one encoded call: a frame (``kind`` PIPE) or a PLAIN record's body (this
+        thread writes it, and whatever queued while it wrote; a thread already writing takes
+        it instead); ``done`` gets its reply (a frame, or a ``PlainReply``) or the error.
 
         Raises:
             PipeClosed: the pipe failed or was closed before the call was taken.
         """
         with self._lock:
             self._take_locked(message_id, timeout, done)
-        self._out.put(PIPE, encoded)
+        self._out.put(kind, encoded)
 
     def _expire(self, message_id: int) -> None:
         # The watchdog: the call is past its deadline. Its reply may have come and wait unread
@@ -162,11 +194,15 @@ class LanePipe(_Calls):
         buf = self._buf
         buf += chunk
         try:
-            raws, at = take_records(buf, CALL, self._frame_limit)
+            records, at = take_records(buf, _REPLIES, self._frame_limit)
             del buf[:at]
-            for raw in raws:
-                frame = decode_frame(raw)
-                self._answer(frame.header.reply.message_id, frame, None)
+            for kind, raw in records:
+                if kind == PLAIN:
+                    (message_id,) = PLAIN_REPLY.unpack_from(raw)
+                    self._answer(message_id, PlainReply(memoryview(raw)[PLAIN_REPLY.size :]), None)
+                else:
+                    frame = decode_frame(raw)
+                    self._answer(frame.header.reply.message_id, frame, None)
         except Exception as exc:  # noqa: BLE001 - a malformed reply ends the pipe
             log.warning("lane pipe to %s: malformed reply: %s", self.peer, exc)
             self._fail_all(
@@ -445,7 +481,7 @@ class ServedPipe(Leading):
         self._lock = threading.Lock()
         #: what the leader has of a record not yet whole, and the calls read, not yet served
         self.buf = bytearray()
-        self.calls: collections.deque[bytes] = collections.deque()
+        self.calls: collections.deque[tuple[int, bytes]] = collections.deque()
         self._leader: threading.Thread | None = None
         self._busy_since = 0.0  # when the leader's inline call started (0.0: none)
         self._pool_until = 0.0  # calls go to the pool until then
@@ -455,6 +491,10 @@ class ServedPipe(Leading):
         """A call's encoded reply frame (None: nothing to send)."""
         if encoded is not None:
             self._out.put(CALL, encoded)
+
+    def post_plain(self, message_id: int, data: bytes) -> None:
+        """A PLAIN call's plain value, pickled: its PLAIN reply."""
+        self._out.put(PLAIN, PLAIN_REPLY.pack(message_id) + data)
 
     def lead(self) -> threading.Thread:
         """The calling thread reads the pipe from now on (returned)."""
@@ -531,37 +571,65 @@ class _Inline:
         self._pipe._served(self._me)
 
 
-#: ``serve_pipe(caller name, raw frame, pipe)``: how the server serves a call that came on a
-#: lane pipe (inline in ``pipe.inline()`` when that is not None; its reply, then or later, goes
-#: to ``pipe.post``).
-ServePipe = Callable[[str, bytes, "ServedPipe"], None]
+#: ``serve_pipe(caller name, record kind, its bytes, pipe)``: how the server serves a call that
+#: came on a lane pipe, a frame (PIPE) or a plain call (PLAIN, ``read_plain_call``) (inline in
+#: ``pipe.inline()`` when that is not None; its reply, then or later, goes to ``pipe.post`` or
+#: ``pipe.post_plain``).
+ServePipe = Callable[[str, int, bytes, "ServedPipe"], None]
+#: What a lane pipe carries each way.
+_CALLS = (PIPE, PLAIN)
+_REPLIES = (CALL, PLAIN)
 
 
-def take_records(buf: bytearray, kind: int, limit: int) -> tuple[list[bytes], int]:
-    """The whole records at the start of ``buf`` (their frames) and how many bytes they took.
+def take_records(
+    buf: bytearray, kinds: tuple[int, ...], limit: int
+) -> tuple[list[tuple[int, bytes]], int]:
+    """The whole records at the start of ``buf`` (each ``(kind, bytes)``) and how many bytes
+    they took.
 
     Raises:
-        ValueError: a record of another kind than ``kind`` (PIPE or CALL), or larger than
-            ``limit``.
+        ValueError: a record of a kind not in ``kinds``, or larger than ``limit``.
     """
-    frames: list[bytes] = []
+    records: list[tuple[int, bytes]] = []
     at, end = 0, len(buf)
     while end - at >= RECORD.size:
         record, nbytes = RECORD.unpack_from(buf, at)
-        if record != kind or nbytes > limit:
+        if record not in kinds or nbytes > limit:
             raise ValueError(f"a record {record:#x} of {nbytes} bytes on a lane pipe")
         if end - at - RECORD.size < nbytes:
             break
         start = at + RECORD.size
-        frames.append(bytes(buf[start : start + nbytes]))
+        records.append((record, bytes(buf[start : start + nbytes])))
         at = start + nbytes
-    return frames, at
+    return records, at
+
+
+def plain_call(message_id: int, timeout: float, function: str, data: bytes) -> bytes:
+    """A PLAIN record's body: the call ``message_id`` (``timeout`` seconds, 0.0: none) of
+    ``function`` with the pickle ``data`` (``(self, args, kwargs)``, plain data only)."""
+    name = function.encode("utf-8")
+    return b"".join((PLAIN_CALL.pack(message_id, timeout, len(name)), name, data))
+
+
+def read_plain_call(raw: bytes) -> tuple[int, float, str, memoryview]:
+    """``(message id, timeout, function, pickle)`` of a PLAIN record's body.
+
+    Raises:
+        ValueError: it is shorter than its header says, or the name is not UTF-8.
+    """
+    if len(raw) < PLAIN_CALL.size:
+        raise ValueError(f"a PLAIN record of {len(raw)} bytes")
+    message_id, timeout, n = PLAIN_CALL.unpack_from(raw)
+    end = PLAIN_CALL.size + n
+    if len(raw) < end:
+        raise ValueError(f"a PLAIN record of {len(raw)} bytes names a function of {n}")
+    return message_id, timeout, raw[PLAIN_CALL.size : end].decode("utf-8"), memoryview(raw)[end:]
 
 
 class LanePipes:
     """Lane pipes, mixed into ``BulkLane``: the caller's (``pipe_call``: one pipe per peer,
     their replies read by one ``PipeReader``) and the callee's (``_serve_pipe``: a
-    connection's calls handed to ``serve_pipe``, the replies written by a ``PipeWriter``)."""
+    connection's calls handed to ``serve_pipe``, the replies written back by its ``ServedPipe``)."""
 
     # Provided by BulkLane.
     _ctx: Any
@@ -592,14 +660,18 @@ class LanePipes:
         message_id: int,
         encoded: bytes,
         timeout: float | None,
-        done: Done,
+        done: LaneDone,
         watchdog: Watchdog,
+        kind: int = PIPE,
     ) -> bool:
-        """Start a one-frame call on ``peer``'s lane pipe (opened on an idle lane connection
-        when there is none; never waits for one: without, one is opened in the background for
-        the next call); ``done`` runs once with its reply or error. False when it was not
-        taken (send it on the gRPC pipe)."""
+        """Start a one-frame call (``kind`` PIPE: ``encoded`` is its frame; PLAIN: a PLAIN
+        record's body, ``plain_call``) on ``peer``'s lane pipe (opened on an idle lane
+        connection when there is none; never waits for one: without, one is opened in the
+        background for the next call); ``done`` runs once with its reply or error. False when
+        it was not taken (send it on the gRPC pipe)."""
         if not (peer.lane_pipe and self.serves(peer, peer.call_dial)):
+            return False
+        if kind == PLAIN and not peer.lane_plain:
             return False
         for _ in range(2):
             pipe = self._pipes.get(peer.name)
@@ -608,7 +680,7 @@ class LanePipes:
                 if pipe is None:
                     return False
             try:
-                pipe.submit(message_id, encoded, timeout, done)
+                pipe.submit(message_id, encoded, timeout, done, kind)
                 return True
             except PipeClosed:  # it failed or went idle just now: a new one takes the call
                 continue
@@ -661,9 +733,11 @@ class LanePipes:
 
     # -- the callee's side --------------------------------------------------------------------
 
-    def _serve_pipe(self, conn: socket.socket, peer: str, first: int | None = None) -> bool:
-        """Lead the lane pipe on ``conn`` (``first``: the size of the PIPE record whose header
-        was just read) until the connection breaks (False), rests (True), or another thread
+    def _serve_pipe(
+        self, conn: socket.socket, peer: str, first: tuple[int, int] | None = None
+    ) -> bool:
+        """Lead the lane pipe on ``conn`` (``first``: the kind and size of the PIPE or PLAIN
+        record whose header was just read) until the connection breaks (False), rests (True), or another thread
         leads it (True: a call served here was handed over), as ``_read_transfers``. Each call
         goes to ``serve_pipe`` as it comes; the replies are written by the threads that have
         them."""
@@ -683,16 +757,17 @@ class LanePipes:
         set_timeout(conn, bulk.STALL_SECONDS)  # the replies' too: one socket, one timeout
         buf, calls = served.buf, served.calls
         if first is not None:
-            buf += RECORD.pack(PIPE, first)
+            buf += RECORD.pack(*first)
         while True:
             try:
-                raws, at = take_records(buf, PIPE, self._frame_limit)
+                records, at = take_records(buf, _CALLS, self._frame_limit)
                 del buf[:at]
-                calls.extend(raws)
+                calls.extend(records)
                 while calls:
                     if not served.leads(me):
                         return True  # handed over: the new leader serves the calls left
-                    serve(peer, calls.popleft(), served)
+                    kind, raw = calls.popleft()
+                    serve(peer, kind, raw, served)
             except Exception as exc:  # noqa: BLE001 - a malformed call ends the pipe
                 log.warning(
                     "bulk lane of %s: %s broke the lane pipe: %s; connection closed",

@@ -40,7 +40,7 @@ from ...errors import (
     WorkerDepartedError,
     WorkerUnavailableError,
 )
-from ..calls.pipe import CorePipe, Pipe, PipeClosed, open_pipe
+from ..calls.pipe import CorePipe, Done, LaneDone, Pipe, PipeClosed, open_pipe
 from ..calls.streams import StreamFailed, Streams, Watchdog
 from ..cluster.options import GrpcRpcBackendOptions, read_pem
 from ..cluster.workers import Peer
@@ -497,15 +497,17 @@ class Transport:
         message_id: int,
         encoded: bytes,
         timeout: float | None,
-        done: Callable[[Frame | None, grpc.RpcError | None], None],
+        done: LaneDone,
+        kind: int,
     ) -> bool:
         """Start a single-frame call on ``peer``'s lane pipe (``transport.lane_pipe``) when it
         has one, or an idle lane connection to open one on; False when not (use
-        ``pipe_call``). ``done`` runs once when it ends."""
+        ``pipe_call``). ``encoded``: its frame (``kind`` PIPE) or a PLAIN record's body (PLAIN,
+        to a peer that takes them; else False). ``done`` runs once when it ends."""
         lane = self.lane
         if lane is None or self._closed:
             return False
-        return lane.pipe_call(peer, message_id, encoded, timeout, done, self.watchdog)
+        return lane.pipe_call(peer, message_id, encoded, timeout, done, self.watchdog, kind)
 
     def pipe_call(
         self,
@@ -513,7 +515,7 @@ class Transport:
         message_id: int,
         encoded: bytes,
         timeout: float | None,
-        done: Callable[[Frame | None, grpc.RpcError | None], None],
+        done: Done,
     ) -> None:
         """Start a single-frame call on the address's call pipe (``calls.pipe``); ``done(reply
         frame, None)`` or ``done(None, grpc error)`` runs once when it ends."""
