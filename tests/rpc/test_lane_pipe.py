@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import operator
+import pickle
 import random
 import socket
 import struct
@@ -23,10 +24,11 @@ import pytest
 from gradwire import errors
 from gradwire._proto import worker_pb2 as pb
 from gradwire._runtime import agent as agent_mod
+from gradwire._runtime.calls import hooks
 from gradwire._runtime.calls import pipe as pipes
 from gradwire._runtime.calls.streams import Watchdog
 from gradwire._runtime.transport import lane_lead, lane_pipe
-from gradwire._runtime.transport.lane_io import CALL, PIPE, PLAIN, RECORD
+from gradwire._runtime.transport.lane_io import CALL, PIPE, PLAIN, PLAIN_CALL, PLAIN_REPLY, RECORD
 from gradwire._wire import bulk, calls, pickler
 from gradwire._wire.framing import Frame, decode_frame, encode_frame
 from gradwire.distributed import rpc
@@ -174,9 +176,11 @@ def _call_frame(message_id: int, fn: Any = operator.add, kind: int = pb.CALL_KIN
     [
         RECORD.pack(PIPE, 1 << 40),  # over the frame limit
         RECORD.pack(PIPE, 3) + b"abc",  # not a frame
-        RECORD.pack(CALL, 0),  # a pipe carries nothing but PIPE records
+        RECORD.pack(CALL, 0),  # a pipe carries nothing but PIPE and PLAIN records
+        RECORD.pack(PLAIN, 3) + b"abc",  # shorter than a PLAIN header
+        RECORD.pack(PLAIN, 20) + PLAIN_CALL.pack(1, 0.0, 50) + b"f" * 2,  # name cut
     ],
-    ids=["oversized", "undecodable", "other-record"],
+    ids=["oversized", "undecodable", "other-record", "short-plain", "cut-plain-name"],
 )
 def test_a_connection_that_breaks_the_pipe_protocol_is_closed(main: None, junk: bytes) -> None:
     sock = _authenticated()
@@ -228,6 +232,129 @@ def _read_replies(sock: socket.socket, n: int) -> dict[int, Frame]:
             frame = decode_frame(raw)
             out[frame.header.reply.message_id] = frame
     return out
+
+
+# -- PLAIN records --------------------------------------------------------------------------------
+
+
+def _plain_record(
+    message_id: int, fn: Any, args: tuple[Any, ...] = (3, 4), pickled: bytes | None = None
+) -> bytes:
+    """A PLAIN record of ``fn(*args)`` (or of the call body ``pickled``)."""
+    body = pickle.dumps((None, args, {}), 4) if pickled is None else pickled
+    name = fn if isinstance(fn, str) else calls.function_name(fn)[0]
+    raw = lane_pipe.plain_call(message_id, 0.0, name, body)
+    return RECORD.pack(PLAIN, len(raw)) + raw
+
+
+def _read_any_replies(sock: socket.socket, n: int) -> dict[int, tuple[int, Any]]:
+    """``n`` replies by message id: ``(PLAIN, value)`` or ``(CALL, reply frame)``."""
+    sock.settimeout(10)
+    buf = bytearray()
+    out: dict[int, tuple[int, Any]] = {}
+    while len(out) < n:
+        chunk = sock.recv(65536)
+        assert chunk, "the lane closed the pipe"
+        buf += chunk
+        records, at = lane_pipe.take_records(buf, (CALL, PLAIN), 1 << 24)
+        del buf[:at]
+        for kind, raw in records:
+            if kind == PLAIN:
+                (message_id,) = PLAIN_REPLY.unpack_from(raw)
+                out[message_id] = (PLAIN, pickle.loads(raw[PLAIN_REPLY.size :]))
+            else:
+                frame = decode_frame(raw)
+                out[frame.header.reply.message_id] = (CALL, frame)
+    return out
+
+
+def test_plain_records_get_plain_values_back_and_anything_else_a_reply_frame(main: None) -> None:
+    """The PLAIN records by hand, mixed with PIPE records on one pipe: a plain value comes back
+    as a PLAIN record naming its call; an unknown function, the function's exception, a value
+    that is not plain data, and a body that is not (a global in its pickle) come back as CALL
+    records with their reply frames, and the pipe goes on."""
+    sock = _authenticated()
+    try:
+        sock.sendall(
+            _plain_record(21, operator.add)
+            + _plain_record(22, "no.such:function")
+            + _plain_record(23, operator.truediv, (1, 0))
+            + _pipe_record(_call_frame(24, operator.mul))
+            + _plain_record(25, bodies.echo, (list(range(20)),))  # 20 items: not plain
+            + _plain_record(26, bodies.echo, pickled=pickle.dumps((None, (1 + 2j,), {}), 4))
+            + _plain_record(27, bodies.echo, ("plain",))
+        )
+        replies = _read_any_replies(sock, 7)
+    finally:
+        sock.close()
+    assert replies[21] == (PLAIN, 7)
+    assert replies[27] == (PLAIN, "plain")
+    for mid in (22, 23, 24, 25, 26):
+        kind, frame = replies[mid]
+        assert kind == CALL, mid
+        assert frame.header.reply.HasField("error") == (mid in (22, 23)), mid
+    assert "ZeroDivisionError" in str(replies[23][1].header.reply.error)
+    assert rpc.rpc_async(MAIN, operator.add, (1, 1)).wait() == 2
+
+
+def _count_plain_replies(monkeypatch: Any) -> list[int]:
+    """Each PLAIN reply the worker writes from now on, by message id."""
+    posted: list[int] = []
+    post_plain = lane_pipe.ServedPipe.post_plain
+
+    def counted(self: Any, message_id: int, data: bytes) -> None:
+        posted.append(message_id)
+        post_plain(self, message_id, data)
+
+    monkeypatch.setattr(lane_pipe.ServedPipe, "post_plain", counted)
+    return posted
+
+
+def test_plain_rpc_async_calls_go_as_plain_records(main: None, monkeypatch: Any) -> None:
+    _warm()
+    posted = _count_plain_replies(monkeypatch)
+    futs = [rpc.rpc_async(MAIN, operator.mul, (i, 2)) for i in range(50)]
+    assert [f.wait() for f in futs] == [2 * i for i in range(50)]
+    assert len(posted) == 50
+    # Not plain (a 20-item list): a frame, and its value comes back whole.
+    assert rpc.rpc_async(MAIN, bodies.echo, (list(range(20)),)).wait() == list(range(20))
+    assert len(posted) == 50
+
+
+def test_a_peer_that_takes_no_plain_records_gets_frames(main: None, monkeypatch: Any) -> None:
+    _warm()
+    me = agent_mod.current()
+    monkeypatch.setitem(me.by_name, MAIN, dataclasses.replace(me.by_name[MAIN], lane_plain=False))
+    posted = _count_plain_replies(monkeypatch)
+    before = _served()
+    assert [rpc.rpc_async(MAIN, operator.add, (i, 1)).wait() for i in range(20)] == list(
+        range(1, 21)
+    )
+    assert _served() - before == 20, "the calls went on the lane pipe, as frames"
+    assert posted == []
+
+
+def test_a_hook_that_sees_every_call_sees_plain_records_too(main: None) -> None:
+    """A worker where a hook watches every call serves a PLAIN record through the hooks (as
+    the frame it stands for), so the hook sees it."""
+    seen: list[int] = []
+
+    class Seeing(hooks.CallHook):
+        def on_recv_call(self, header: pb.CallHeader, tensors: Any, peer: int) -> None:
+            seen.append(header.message_id)
+
+    hook = Seeing()
+    hooks.register(hook)
+    sock = _authenticated()
+    try:
+        sock.sendall(_plain_record(41, operator.add, (40, 2)))
+        replies = _read_any_replies(sock, 1)
+    finally:
+        sock.close()
+        hooks.unregister(hook)
+    kind, frame = replies[41]
+    assert kind == CALL and not frame.header.reply.HasField("error")
+    assert seen == [41]
 
 
 # -- the framing, on socket pairs ---------------------------------------------------------------
