@@ -230,7 +230,16 @@ def test_plain_calls_keep_every_outcome_of_the_general_path(
         served.append(reply is not None)
         return reply
 
+    real_plain_call = Callee.plain_call
+
+    def plain_call(self: Callee, function: str, data: Any) -> Any:
+        plain = real_plain_call(self, function, data)  # a lane pipe's PLAIN record (None:
+        if plain is not None:  # it is served as the frame it stands for, by serve_plain)
+            served.append(True)
+        return plain
+
     monkeypatch.setattr(Callee, "serve_plain", serve_plain)
+    monkeypatch.setattr(Callee, "plain_call", plain_call)
     if route.startswith("pipe"):
         monkeypatch.setattr(caller_mod, "ASYNC_ON_LANE", False)
     _solo(**options)
