@@ -413,7 +413,8 @@ def _lane_pipe_server(agent: Any) -> Callable[[str, int, bytes, Any], None]:
     """``BulkLane.serve_pipe`` of ``agent``: a call that came on a lane pipe, admitted and
     served as a ``CallPipe`` call is (``serve_pipe_call``): inline on the pipe's reader when the
     pipe allows it and a serving slot is free, else on the pool; its reply posted to the pipe.
-    Only Python calls come this way (anything else breaks the pipe: raises)."""
+    A PLAIN record's call (``lane_io.PLAIN``) goes to ``serve_plain_pipe_call``. Only Python
+    calls come this way (anything else breaks the pipe: raises)."""
     pool = agent.pool
 
     def serve(peer: str, kind: int, raw: bytes, pipe: Any) -> None:
