@@ -325,7 +325,6 @@ class Callee:
         if not ok or not _is_call_body(body):
             return None
         bound_self, args, kwargs = body
-        options = me.options
         hooked = hooks.needed(call)  # no autograd context: the hooks would return at once
         try:
             if hooked:
@@ -335,10 +334,8 @@ class Callee:
                 value = fn(*args, **kwargs)
             else:
                 value = fn(bound_self, *args, **kwargs)
-            data = pickler.dumps_plain(value)
-            if data is None or len(data) > min(
-                options.single_frame_bytes, options.max_message_bytes
-            ):
+            data = self._one_frame_pickle(value)
+            if data is None:
                 # Tensors, other objects, or too big for one frame: the general encoding.
                 return self.reply_frame(self.encode_value(call, value, caller_id), call, caller_id)
             reply = pb.FrameHeader(reply=pb.ReplyHeader(message_id=call.message_id), last=True)
@@ -348,6 +345,15 @@ class Callee:
         except BaseException as exc:  # noqa: BLE001 - becomes the caller's exception
             return self.reply_frame(self.encode_error(call, exc), call, caller_id)
         return Frame(reply, (data,))
+
+    def _one_frame_pickle(self, value: Any) -> bytes | None:
+        """``value`` pickled when it is plain and fits in one reply frame, else None (the
+        general encoding answers)."""
+        data = pickler.dumps_plain(value)
+        options = self._ctx.options
+        if data is None or len(data) > min(options.single_frame_bytes, options.max_message_bytes):
+            return None
+        return data
 
     def plain_call(self, function: str, data: Any) -> tuple[Any, tuple[Any, Any, Any]] | None:
         """``(fn, (self, args, kwargs))`` of a lane pipe's PLAIN call (``function``, its pickle
@@ -393,11 +399,8 @@ class Callee:
                 value = fn(*args, **kwargs)
             else:
                 value = fn(bound_self, *args, **kwargs)
-            data = pickler.dumps_plain(value)
-            options = self._ctx.options
-            if data is not None and len(data) <= min(
-                options.single_frame_bytes, options.max_message_bytes
-            ):
+            data = self._one_frame_pickle(value)
+            if data is not None:
                 failed = False
                 return data
             call = plain_header(message_id, timeout, function)
