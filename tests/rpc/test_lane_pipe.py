@@ -297,6 +297,23 @@ def test_plain_records_get_plain_values_back_and_anything_else_a_reply_frame(mai
     assert rpc.rpc_async(MAIN, operator.add, (1, 1)).wait() == 2
 
 
+def test_a_plain_record_naming_a_refused_callable_runs_nothing(main: None, tmp_path: Any) -> None:
+    """An attack on the PLAIN records: a hand-made one naming ``os:system`` (the policy refuses
+    it) gets the policy's error as its reply frame, and the command never runs."""
+    marker = tmp_path / "ran"
+    sock = _authenticated()
+    try:
+        sock.sendall(_plain_record(51, "os:system", (f"touch {marker}",)))
+        replies = _read_any_replies(sock, 1)
+    finally:
+        sock.close()
+    kind, frame = replies[51]
+    assert kind == CALL and frame.header.reply.HasField("error")
+    assert "refused by the callable policy" in str(frame.header.reply.error)
+    assert not marker.exists()
+    assert rpc.rpc_async(MAIN, operator.add, (1, 1)).wait() == 2
+
+
 def _count_plain_replies(monkeypatch: Any) -> list[int]:
     """Each PLAIN reply the worker writes from now on, by message id."""
     posted: list[int] = []
